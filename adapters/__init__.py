@@ -1,0 +1,5 @@
+"""Adapters: one module per upstream provider, each implementing :class:`port.Adapter`."""
+
+from adapters import port
+
+__all__ = ["port"]

@@ -1,0 +1,116 @@
+"""What adapters take and return: provider-neutral requests and snapshots.
+
+Provider JSON never leaves its adapter; the gateway sees only these models
+(../shared/DESIGN.md, "Layout"; STYLE.md rule 3).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.job import JobState
+
+__all__ = ["Capabilities", "ProviderRef", "ProviderSnapshot", "SubmitRequest"]
+
+
+class SubmitRequest(BaseModel):
+    """One job handed to a provider.
+
+    Attributes
+    ----------
+    job_id : str
+        The gateway's prediction id; adapters that let the caller choose the upstream id
+        (Cog's ``PUT /predictions/{id}``) reuse it so a retried submit is idempotent.
+    input : dict
+        The model input, already resolved (no gateway-local file URLs).
+    webhook_url : str or None
+        Where the provider should send its events (the gateway's intake, with the per-job
+        token already in it), or None to rely on polling only.
+    model, version : str
+        The routed model (``owner/name``) and version id (or ``"hidden"``).
+    deadline : datetime or None
+        Absolute time after which the work is worthless (Cancel-After).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    input: dict[str, Any]
+    webhook_url: str | None = None
+    model: str
+    version: str
+    deadline: datetime | None = None
+
+
+class ProviderRef(BaseModel):
+    """Enough to address a submitted job upstream again (fetch, cancel)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    provider_job_id: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    webhook_url: str | None = None
+
+
+class ProviderSnapshot(BaseModel):
+    """A provider's view of one job at one moment, normalised.
+
+    Attributes
+    ----------
+    provider_job_id : str
+        The provider's id for the job; the finalizer checks it against the stored one.
+    state : JobState
+        The canonical state, from the adapter's own mapping table.
+    raw_status : str
+        The provider's status string, kept for diagnosis.
+    output : Any
+        JSON output so far (final when ``state`` is terminal). File outputs appear as
+        ``data:`` URIs or provider URLs; the finalizer copies them into owned storage.
+    logs, error : str or None
+    metrics : dict
+        Provider metrics; ``predict_time`` in seconds when known.
+    lost : bool
+        True when the provider no longer knows the job and cannot report its outcome.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    provider_job_id: str
+    state: JobState
+    raw_status: str
+    output: Any = None
+    logs: str | None = None
+    error: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    lost: bool = False
+
+
+class Capabilities(BaseModel):
+    """What a provider can do; the gateway plans around the gaps.
+
+    Attributes
+    ----------
+    webhooks : bool
+        The provider can call back on completion.
+    fetch : bool
+        ``Adapter.fetch`` works (a status endpoint, or Cog's PUT probe).
+    cancel : bool
+        ``Adapter.cancel`` reaches the provider.
+    fetch_interval_s : float
+        The first interval between fetches when no webhook arrives. For Cog this is a
+        watchdog probe, so it starts long.
+    fetch_max_interval_s : float
+        The ceiling of the exponential fetch backoff.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    webhooks: bool
+    fetch: bool
+    cancel: bool
+    fetch_interval_s: float = 1.0
+    fetch_max_interval_s: float = 30.0

@@ -1,0 +1,276 @@
+"""The Replicate-compatible HTTP API (specs/replicate-api.md §2, §3, §9).
+
+Handlers are thin: parse into a contract, call :class:`gateway.predictions.PredictionService`,
+serialise. Every route is served under ``/v1`` and without it (§1: a JS app configured
+without ``/v1`` calls ``/predictions``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from contracts.errors import CapabilityMissing, ContractViolation, NotFound
+from contracts.replicate import (
+    Account,
+    CreatePrediction,
+    Deployment,
+    Model,
+    ModelPredictionRequest,
+    PredictionRequest,
+    Version,
+    WebhookSecret,
+    check_model_name,
+    parse_version_ref,
+)
+from gateway import keys, wire
+from gateway.middleware import json_response, parse_body
+from gateway.predictions import (
+    CreateOptions,
+    PredictionService,
+    parse_cancel_after,
+    parse_prefer_wait,
+)
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+_PREFIXES = ("/v1", "")
+
+
+def _route(method: str, path: str):  # type: ignore[no-untyped-def]
+    def register(handler):  # type: ignore[no-untyped-def]
+        for prefix in _PREFIXES:
+            routes.route(method, prefix + path)(handler)
+        return handler
+
+    return register
+
+
+def _service(request: web.Request) -> PredictionService:
+    return request.app[keys.PREDICTIONS]
+
+
+def _options(request: web.Request) -> CreateOptions:
+    settings = request.app[keys.SETTINGS].gateway
+    return CreateOptions(
+        idempotency_key=request.headers.get("Idempotency-Key") or None,
+        wait_s=parse_prefer_wait(request.headers.get("Prefer"), settings.prefer_wait_max_s),
+        cancel_after_s=parse_cancel_after(request.headers.get("Cancel-After")),
+    )
+
+
+def _model_name(request: web.Request) -> str:
+    try:
+        return check_model_name(request.match_info["owner"], request.match_info["name"])
+    except ValueError as exc:
+        raise NotFound(str(exc)) from exc
+
+
+def _create(body: ModelPredictionRequest, **target: Any) -> CreatePrediction:
+    webhook, events = body.webhook, body.webhook_events_filter
+    if webhook is None and body.webhook_completed is not None:
+        webhook, events = body.webhook_completed, ["completed"]
+    return CreatePrediction(
+        input=body.input,
+        webhook=webhook,
+        webhook_events_filter=events,
+        stream=bool(body.stream),
+        **target,
+    )
+
+
+async def _respond_created(
+    request: web.Request, create: CreatePrediction, target: str
+) -> web.Response:
+    options = _options(request)
+    service = _service(request)
+    job, created = await service.create(create, options, target)
+    status = None
+    if options.wait_s is not None:
+        job = await service.wait(job, options.wait_s)
+        status = None if job.state.terminal else "starting"
+    body = service.prediction(job, status=status)
+    headers = {"Location": body["urls"]["get"]}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return json_response(body, status=201, headers=headers)
+
+
+@_route("POST", "/predictions")
+async def create_prediction(request: web.Request) -> web.Response:
+    """``POST /v1/predictions`` with ``version`` in any of its three forms (§2.1)."""
+    body = await parse_body(request, PredictionRequest)
+    try:
+        model, version_id = parse_version_ref(body.version)
+    except ValueError as exc:
+        raise ContractViolation(str(exc)) from exc
+    fields = body.model_dump(exclude={"version"})
+    create = _create(ModelPredictionRequest(**fields), model=model, version_id=version_id)
+    return await _respond_created(request, create, "predictions")
+
+
+@_route("POST", "/models/{owner}/{name}/predictions")
+async def create_model_prediction(request: web.Request) -> web.Response:
+    """``POST /v1/models/{owner}/{name}/predictions`` (official models, §2.2)."""
+    model = _model_name(request)
+    body = await parse_body(request, ModelPredictionRequest)
+    return await _respond_created(request, _create(body, model=model), f"models/{model}")
+
+
+@_route("POST", "/deployments/{owner}/{name}/predictions")
+async def create_deployment_prediction(request: web.Request) -> web.Response:
+    """``POST /v1/deployments/{owner}/{name}/predictions`` (§2.3)."""
+    name = _model_name(request)
+    body = await parse_body(request, ModelPredictionRequest)
+    return await _respond_created(request, _create(body, deployment=name), f"deployments/{name}")
+
+
+@_route("GET", "/predictions/{id}")
+async def get_prediction(request: web.Request) -> web.Response:
+    """``GET /v1/predictions/{id}`` (§2.4)."""
+    service = _service(request)
+    return json_response(service.prediction(await service.get(request.match_info["id"])))
+
+
+@_route("POST", "/predictions/{id}/cancel")
+async def cancel_prediction(request: web.Request) -> web.Response:
+    """``POST /v1/predictions/{id}/cancel``: 200 with the current state, idempotent (§2.6)."""
+    service = _service(request)
+    return json_response(service.prediction(await service.cancel(request.match_info["id"])))
+
+
+@_route("GET", "/predictions")
+async def list_predictions(request: web.Request) -> web.Response:
+    """``GET /v1/predictions``: newest first, 100 a page, absolute cursors (§2.5)."""
+    service = _service(request)
+    page = await service.page(
+        request.query.get("cursor"),
+        created_after=_when(request, "created_after"),
+        created_before=_when(request, "created_before"),
+    )
+    return json_response(
+        {
+            "next": page.next_url,
+            "previous": page.previous_url,
+            "results": [service.prediction(job) for job in page.jobs],
+        }
+    )
+
+
+def _when(request: web.Request, name: str) -> datetime | None:
+    value = request.query.get(name)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ContractViolation(f"{name} {value!r} is not an ISO-8601 timestamp") from exc
+    if parsed.tzinfo is None:
+        raise ContractViolation(f"{name} {value!r} needs a time zone (e.g. Z)")
+    return parsed
+
+
+@_route("GET", "/models/{owner}/{name}")
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{owner}/{name}`` (§2.7): a Model the Python client accepts."""
+    model = _model_name(request)
+    router = request.app[keys.ROUTER]
+    found = router.model_routes(model)
+    if not found:
+        raise NotFound(f"model {model!r} is not routed by this gateway")
+    base = request.app[keys.SETTINGS].gateway.public_url
+    owner, name = model.split("/")
+    latest = next((r for r in found if r.version), None)
+    body = Model(
+        url=f"{base}/v1/models/{model}",
+        owner=owner,
+        name=name,
+        description=f"{model}, served through cutover",
+        latest_version=_version(request, latest.version, latest.openapi_schema).model_dump()
+        if latest and latest.version
+        else None,
+    )
+    return json_response(body.model_dump())
+
+
+@_route("GET", "/models/{owner}/{name}/versions")
+async def list_versions(request: web.Request) -> web.Response:
+    """``GET /v1/models/{owner}/{name}/versions``: the routed versions of the model."""
+    model = _model_name(request)
+    found = request.app[keys.ROUTER].model_routes(model)
+    if not found:
+        raise NotFound(f"model {model!r} is not routed by this gateway")
+    results = [
+        _version(request, r.version, r.openapi_schema).model_dump() for r in found if r.version
+    ]
+    return json_response({"next": None, "previous": None, "results": results})
+
+
+@_route("GET", "/models/{owner}/{name}/versions/{version}")
+async def get_version(request: web.Request) -> web.Response:
+    """``GET /v1/models/{o}/{n}/versions/{id}`` (§2.7): ``run()`` calls it after creating."""
+    model = _model_name(request)
+    version_id = request.match_info["version"]
+    for route in request.app[keys.ROUTER].model_routes(model):
+        if route.version == version_id or route.version is None:
+            return json_response(_version(request, version_id, route.openapi_schema).model_dump())
+    raise NotFound(f"version {version_id!r} of {model!r} is not routed by this gateway")
+
+
+def _version(request: web.Request, version_id: str, schema: dict[str, Any] | None) -> Version:
+    return Version(
+        id=version_id,
+        created_at=wire.timestamp(request.app[keys.STARTED_AT]) or "",
+        cog_version="0.23.1",
+        openapi_schema=schema or _MINIMAL_SCHEMA,
+    )
+
+
+_MINIMAL_SCHEMA: dict[str, Any] = {
+    "openapi": "3.0.2",
+    "info": {"title": "Cog", "version": "0.1.0"},
+    "paths": {},
+    "components": {"schemas": {"Input": {"type": "object", "properties": {}}, "Output": {}}},
+}
+
+
+@_route("GET", "/deployments/{owner}/{name}")
+async def get_deployment(request: web.Request) -> web.Response:
+    """``GET /v1/deployments/{owner}/{name}`` (§2.8)."""
+    name = _model_name(request)
+    route = request.app[keys.ROUTER].deployment_route(name)
+    owner, short = name.split("/")
+    release = {
+        "number": 1,
+        "model": route.model,
+        "version": route.version or "hidden",
+        "created_at": wire.timestamp(request.app[keys.STARTED_AT]),
+        "created_by": {"type": "organization", "username": owner},
+        "configuration": {"hardware": "cutover", "min_instances": 0, "max_instances": 1},
+    }
+    body = Deployment(owner=owner, name=short, current_release=release)
+    return json_response(body.model_dump())
+
+
+@_route("GET", "/account")
+async def get_account(request: web.Request) -> web.Response:
+    """``GET /v1/account`` (§2.12): the token-check probe apps use."""
+    username = request.app[keys.SETTINGS].gateway.account_username
+    return json_response(Account(username=username, name=username).model_dump())
+
+
+@_route("GET", "/webhooks/default/secret")
+async def get_webhook_secret(request: web.Request) -> web.Response:
+    """``GET /v1/webhooks/default/secret`` (§2.10): the key this gateway signs with."""
+    return json_response(WebhookSecret(key=request.app[keys.SIGNING_SECRET]).model_dump())
+
+
+@_route("POST", "/files")
+async def create_file(request: web.Request) -> web.Response:
+    """``POST /v1/files`` is not offered yet: 501, so the JS client falls back (§2.9)."""
+    raise CapabilityMissing(
+        "file uploads are not supported by this gateway; pass files as data: URIs or URLs"
+    )

@@ -1,0 +1,213 @@
+"""``create_app(settings)``: the aiohttp application and everything it owns.
+
+Each resource lives in its own cleanup context, created at start-up and closed at
+shutdown in reverse order (STYLE.md rules 7, 8): the database engine (migrations applied
+at start), the provider adapters, the HTTP client for output files, then the background
+loops (dispatcher, poller, reaper, provider-event processor, webhook delivery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from aiohttp import web
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway import api, db, keys, public, retry, signing, ssrf
+from gateway.assets import OutputCopier
+from gateway.clock import utcnow
+from gateway.config import Settings
+from gateway.dispatcher import Dispatcher, callback_url
+from gateway.finalizer import Finalizer
+from gateway.intake import EventProcessor, Intake
+from gateway.loop import Loop
+from gateway.middleware import auth_middleware, problem_middleware
+from gateway.notify import Notifier
+from gateway.outbox import Planner
+from gateway.poller import Poller
+from gateway.predictions import PredictionService
+from gateway.providers import Provider, build_adapter
+from gateway.reaper import Reaper
+from gateway.routing import Router
+from gateway.schema import secrets
+from gateway.storage import open_storage
+from gateway.store import JobStore
+
+__all__ = ["LOOPS", "create_app", "signing_secret"]
+
+log = logging.getLogger(__name__)
+LOOPS = web.AppKey("loops", list[Loop])
+SHUTDOWN_GRACE_S = 5.0
+SIGNING_SECRET_NAME = "webhook_signing_secret"
+
+
+def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application:
+    """The gateway application for ``settings`` (no I/O until it starts).
+
+    ``run_loops=False`` leaves the background loops unstarted; tests then drive them
+    with ``run_once()`` (they are under ``app[LOOPS]``).
+    """
+    gw = settings.gateway
+    app = web.Application(
+        client_max_size=gw.max_body_bytes,
+        middlewares=[
+            problem_middleware,
+            auth_middleware(t.get_secret_value() for t in gw.api_tokens),
+        ],
+    )
+    app["max_body_bytes"] = gw.max_body_bytes
+    app[keys.SETTINGS] = settings
+    app[keys.STARTED_AT] = utcnow()
+    app[keys.NOTIFIER] = Notifier()
+    app[keys.ROUTER] = Router(settings.routes)
+    app[keys.STORAGE] = open_storage(gw.storage_url)
+    app.cleanup_ctx.append(_database)
+    app.cleanup_ctx.append(_providers)
+    app.cleanup_ctx.append(_services)
+    app.cleanup_ctx.append(_loops(run_loops))
+    app.add_routes(public.routes)
+    app.add_routes(api.routes)
+    return app
+
+
+async def _database(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
+    engine = db.create_engine(settings.gateway.database_url)
+    try:
+        await db.migrate(engine)
+        app[keys.ENGINE] = engine
+        app[keys.SIGNING_SECRET] = await signing_secret(engine, settings)
+        yield
+    finally:
+        await engine.dispose()
+
+
+async def signing_secret(engine: AsyncEngine, settings: Settings) -> str:
+    """The ``whsec_`` key outbound webhooks are signed with.
+
+    The configured ``[webhooks] signing_secret`` wins; otherwise one is generated once
+    and kept in the store, so every gateway process sharing it signs alike.
+    """
+    if settings.webhooks.signing_secret is not None:
+        return settings.webhooks.signing_secret.get_secret_value()
+    query = sa.select(secrets.c.value).where(secrets.c.name == SIGNING_SECRET_NAME)
+    async with engine.connect() as conn:
+        stored = (await conn.execute(query)).scalar()
+    if stored is not None:
+        return str(stored)
+    with contextlib.suppress(IntegrityError):
+        async with engine.begin() as conn:
+            await conn.execute(
+                secrets.insert().values(
+                    name=SIGNING_SECRET_NAME, value=signing.generate_secret(), created_at=utcnow()
+                )
+            )
+    async with engine.connect() as conn:
+        return str((await conn.execute(query)).scalar_one())
+
+
+async def _providers(app: web.Application) -> AsyncIterator[None]:
+    providers = {
+        name: Provider(name, build_adapter(name, conf), conf.max_concurrency)
+        for name, conf in app[keys.SETTINGS].providers.items()
+    }
+    app[keys.PROVIDERS] = providers
+    try:
+        yield
+    finally:
+        for provider in providers.values():
+            await provider.adapter.aclose()
+
+
+_HTTP = web.AppKey("http", httpx.AsyncClient)
+_FINALIZER = web.AppKey("finalizer", Finalizer)
+
+
+async def _services(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
+    gw = settings.gateway
+    owner = f"{socket.gethostname()}:{os.getpid()}:{id(app):x}"
+    store = JobStore(
+        app[keys.ENGINE],
+        planner=Planner(base_url=gw.public_url, throttle_s=settings.webhooks.throttle_s),
+        owner=owner,
+    )
+    store.set_lease_duration(gw.lease_s)
+    app[keys.STORE] = store
+    app["owner"] = owner
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as http:
+        app[_HTTP] = http
+        copier = OutputCopier(
+            storage=app[keys.STORAGE],
+            http=http,
+            public_url=gw.public_url,
+            max_output_bytes=gw.max_output_bytes,
+            allowed_types=gw.allowed_output_types,
+        )
+        app[_FINALIZER] = Finalizer(store=store, copier=copier, notifier=app[keys.NOTIFIER])
+        app[keys.PREDICTIONS] = PredictionService(
+            store=store,
+            router=app[keys.ROUTER],
+            notifier=app[keys.NOTIFIER],
+            webhook_policy=ssrf.WebhookTargetPolicy(settings.webhooks.allow_hosts),
+            public_url=gw.public_url,
+        )
+        app[keys.INTAKE] = Intake(
+            store=store, providers=app[keys.PROVIDERS], notifier=app[keys.NOTIFIER]
+        )
+        yield
+
+
+def build_loops(app: web.Application) -> list[Loop]:
+    """The background loops of this process, wired to the app's services."""
+    settings = app[keys.SETTINGS]
+    gw = settings.gateway
+    common: dict[str, Any] = {
+        "store": app[keys.STORE],
+        "providers": app[keys.PROVIDERS],
+        "finalizer": app[_FINALIZER],
+        "notifier": app[keys.NOTIFIER],
+        "interval_s": gw.loop_interval_s,
+    }
+    base = gw.webhook_base_url
+    return [
+        Dispatcher(
+            **common,
+            callback_base_url=base,
+            backoff=retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s),
+        ),
+        EventProcessor(**common, owner=app["owner"], lease_s=gw.lease_s),
+        Poller(**common, callback_url=lambda job, token: callback_url(base, job, token)),
+        Reaper(
+            **common,
+            cancel_grace_s=gw.cancel_grace_s,
+            max_job_lifetime_s=gw.max_job_lifetime_s,
+        ),
+    ]
+
+
+def _loops(run: bool):  # type: ignore[no-untyped-def]
+    async def loops(app: web.Application) -> AsyncIterator[None]:
+        app[LOOPS] = build_loops(app)
+        tasks = [asyncio.create_task(loop.run(), name=loop.name) for loop in app[LOOPS]] if run else []
+        try:
+            yield
+        finally:
+            for loop in app[LOOPS]:
+                loop.stop()
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    return loops

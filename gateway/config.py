@@ -1,0 +1,238 @@
+"""Configuration: parsed once at the edge, then passed down as narrow arguments.
+
+Sources, later ones overriding earlier ones: built-in defaults, the TOML file given to
+``cutover serve --config FILE``, then ``CUTOVER_*`` environment variables with ``__``
+between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_TOKENS
+='["r8_..."]'``). Durations and sizes carry their unit in the name; secrets are
+``SecretStr`` and never logged (STYLE.md rule 9).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from contracts.errors import ConfigurationError
+from contracts.replicate import VERSION_ID_RE
+
+__all__ = [
+    "AdminSettings",
+    "GatewaySettings",
+    "ProviderSettings",
+    "RouteSettings",
+    "Settings",
+    "WebhookSettings",
+    "load_settings",
+]
+
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GatewaySettings(_Section):
+    """``[gateway]``: the listener, the store, the asset storage and API tokens."""
+
+    listen: str = "127.0.0.1:8080"
+    public_url: str = "http://127.0.0.1:8080"
+    callback_url: str | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    database_url: str = "sqlite+aiosqlite:///./cutover.db"
+    storage_url: str = "file://./cutover-assets"
+    api_tokens: list[SecretStr] = Field(default_factory=list)
+    account_username: str = "cutover"
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_output_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    allowed_output_types: list[str] = Field(default_factory=list)
+    prefer_wait_max_s: float = Field(default=60.0, gt=0, le=60.0)
+    max_job_lifetime_s: float = Field(default=1800.0, gt=0)
+    lease_s: float = Field(default=30.0, gt=0)
+    loop_interval_s: float = Field(default=0.5, gt=0)
+    dispatch_backoff_base_s: float = Field(default=0.2, gt=0)
+    dispatch_backoff_max_s: float = Field(default=5.0, gt=0)
+    cancel_grace_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"listen must be host:port, got {value!r}")
+        return value
+
+    @field_validator("public_url", "callback_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.netloc:
+            raise ValueError(f"must be an absolute http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> GatewaySettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    @property
+    def webhook_base_url(self) -> str:
+        """The base URL providers call back on (``callback_url``, else ``public_url``)."""
+        return self.callback_url or self.public_url
+
+
+class WebhookSettings(_Section):
+    """``[webhooks]``: outbound webhooks to apps (specs/replicate-api.md §6)."""
+
+    allow_hosts: list[str] = Field(default_factory=list)
+    signing_secret: SecretStr | None = None
+    previous_signing_secret: SecretStr | None = None
+    previous_valid_until: datetime | None = None
+    retry_delays_s: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0]
+    )
+    timeout_s: float = Field(default=10.0, gt=0)
+    throttle_s: float = Field(default=0.5, ge=0)
+    max_concurrency: int = Field(default=16, gt=0)
+
+
+class ProviderSettings(_Section):
+    """``[providers.NAME]``: one upstream and how to reach it."""
+
+    kind: Literal["cog", "fake"]
+    base_url: str = ""
+    max_concurrency: int = Field(default=1, gt=0)
+    webhook_auth_token: SecretStr | None = None
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    fetch_interval_s: float | None = Field(default=None, gt=0)
+    fetch_max_interval_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _needs_url(self) -> ProviderSettings:
+        if self.kind != "fake" and not self.base_url:
+            raise ValueError(f"a {self.kind} provider needs base_url")
+        return self
+
+
+class RouteSettings(_Section):
+    """``[[routes]]``: which provider serves a model (optionally one version of it).
+
+    ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
+    share of new predictions to the candidate instead.
+    """
+
+    model: str
+    version: str | None = None
+    deployment: str | None = None
+    provider: str
+    candidate: str | None = None
+    canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
+    openapi_schema: dict[str, Any] | None = None
+
+    @field_validator("model", "deployment")
+    @classmethod
+    def _owner_name(cls, value: str | None) -> str | None:
+        if value is not None and not _MODEL_RE.match(value):
+            raise ValueError(f"{value!r} is not owner/name")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version_id(cls, value: str | None) -> str | None:
+        if value is not None and not VERSION_ID_RE.match(value):
+            raise ValueError(f"version {value!r} is not a 64-character lowercase hex id")
+        return value
+
+    @model_validator(mode="after")
+    def _canary(self) -> RouteSettings:
+        if self.canary_percent and not self.candidate:
+            raise ValueError("canary_percent needs a candidate provider")
+        return self
+
+
+class AdminSettings(_Section):
+    """``[admin]``: the admin API's own tokens (distinct from the Replicate API tokens)."""
+
+    tokens: list[SecretStr] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CUTOVER_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    routes: list[RouteSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _routes_name_providers(self) -> Settings:
+        seen: set[tuple[str, str | None]] = set()
+        for route in self.routes:
+            for name in (route.provider, route.candidate):
+                if name is not None and name not in self.providers:
+                    raise ValueError(f"route {route.model} names unknown provider {name!r}")
+            key = (route.model, route.version)
+            if key in seen:
+                raise ValueError(f"two routes for {route.model} version {route.version}")
+            seen.add(key)
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Read the TOML file at ``path`` (if any), apply ``CUTOVER_*`` overrides, validate.
+
+    Raises
+    ------
+    ConfigurationError
+        When the file is missing or unreadable, or a value is invalid; the message names
+        the offending key.
+    """
+    if path is not None and not path.is_file():
+        raise ConfigurationError(f"configuration file {path} does not exist")
+
+    class _FromFile(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    try:
+        return _FromFile(**overrides)
+    except ValueError as exc:  # pydantic ValidationError and TOML decode errors
+        raise ConfigurationError(f"invalid configuration in {path}: {exc}") from exc

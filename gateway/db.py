@@ -1,0 +1,85 @@
+"""The database engine: SQLite (WAL) by default, PostgreSQL through asyncpg.
+
+One ``AsyncEngine`` per process, created by :func:`create_engine` and disposed by its
+owner. On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that concurrent
+writers queue on the busy timeout instead of failing on a lock upgrade; on PostgreSQL
+claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from contracts.errors import ConfigurationError
+
+__all__ = ["create_engine", "is_sqlite", "migrate"]
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    """True when the engine talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def create_engine(database_url: str) -> AsyncEngine:
+    """Build the process's engine for ``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``.
+
+    No connection is opened here. SQLite files get WAL mode, foreign keys, a 30 s busy
+    timeout and ``BEGIN IMMEDIATE`` transactions; their parent directory is created.
+
+    Raises
+    ------
+    ConfigurationError
+        For any other driver.
+    """
+    url = make_url(database_url)
+    if url.drivername == "sqlite+aiosqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        _configure_sqlite(engine)
+        return engine
+    if url.drivername == "postgresql+asyncpg":
+        return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    raise ConfigurationError(
+        f"database_url driver {url.drivername!r} is not supported; "
+        "use sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB"
+    )
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Apply every alembic migration up to head (idempotent; run at start)."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade)
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")

@@ -1,0 +1,141 @@
+"""The dispatcher: hands committed jobs to their provider, within its concurrency limit.
+
+A job is stored first (state ``creating``) and only then submitted (DESIGN "data path").
+Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
+the jobs already in flight there, oldest first, and submits them concurrently:
+
+* accepted -> ``queued`` or ``running`` with the provider's job id; the next check (poll
+  or watchdog probe) is scheduled;
+* ``ProviderBusy`` (Cog 409/503, 429) or a retryable failure -> stays ``queued`` and is
+  tried again after an exponential backoff with full jitter;
+* ``UpstreamRejected`` -> ``failed`` with the provider's reason;
+* a cancel requested while the submit was in flight -> the provider is told to cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import timedelta
+
+from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
+from contracts.job import Job, JobState
+from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
+from gateway import retry
+from gateway.clock import Clock, utcnow
+from gateway.finalizer import Finalizer
+from gateway.loop import Loop
+from gateway.notify import Notifier
+from gateway.providers import Provider
+from gateway.store import JobStore, Progress
+
+__all__ = ["Dispatcher", "callback_url"]
+
+log = logging.getLogger(__name__)
+
+
+def callback_url(base_url: str, job: Job, token: str) -> str:
+    """The provider-webhook URL of ``job``: its provider, id and unguessable token."""
+    return f"{base_url}/provider-webhooks/{job.provider}/{job.id}/{token}"
+
+
+class Dispatcher(Loop):
+    """Submits due jobs; see the module docstring for the outcomes."""
+
+    name = "dispatcher"
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        providers: dict[str, Provider],
+        finalizer: Finalizer,
+        notifier: Notifier,
+        callback_base_url: str,
+        backoff: retry.Backoff,
+        interval_s: float,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._store = store
+        self._providers = providers
+        self._finalizer = finalizer
+        self._callback_base_url = callback_base_url
+        self._backoff = backoff
+        self._clock = clock
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
+
+    async def run_once(self) -> int:
+        handled = 0
+        for provider in self._providers.values():
+            free = provider.max_concurrency - await self._store.count_in_flight(provider.name)
+            claimed = await self._store.claim_dispatch(provider.name, free)
+            await asyncio.gather(*(self._submit(provider, job) for job in claimed))
+            handled += len(claimed)
+        return handled
+
+    async def _submit(self, provider: Provider, job: Job) -> None:
+        token_row = await self._store.callback_token(job.id)
+        assert token_row is not None
+        request = SubmitRequest(
+            job_id=job.id,
+            input=job.input,
+            webhook_url=callback_url(self._callback_base_url, job, token_row[1]),
+            model=job.model,
+            version=job.version,
+            deadline=job.deadline,
+        )
+        try:
+            snapshot = await provider.adapter.submit(request)
+        except ProviderBusy as exc:
+            await self._defer(job, "busy", exc.retry_after_s)
+            return
+        except UpstreamRetryable as exc:
+            log.warning("submit_failed", extra={"job_id": job.id, "error": exc.detail})
+            await self._defer(job, "unreachable", None)
+            return
+        except UpstreamRejected as exc:
+            await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
+            return
+        await self._accepted(provider, job, request, snapshot)
+
+    async def _accepted(
+        self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
+    ) -> None:
+        interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
+        if snapshot.state.terminal:
+            await self._store.mark_submitted(
+                job.id,
+                snapshot.provider_job_id,
+                Progress(JobState.QUEUED, snapshot.raw_status),
+                self._clock() + interval,
+            )
+            await self._finalizer.finalize(await self._store.get(job.id), snapshot)
+            return
+        state = snapshot.state if snapshot.state is JobState.RUNNING else JobState.QUEUED
+        updated = await self._store.mark_submitted(
+            job.id,
+            snapshot.provider_job_id,
+            Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs),
+            self._clock() + interval,
+        )
+        if updated is None:  # finished (canceled) while the submit was in flight
+            ref = ProviderRef(
+                job_id=job.id, provider_job_id=snapshot.provider_job_id, input=job.input,
+                webhook_url=request.webhook_url,
+            )
+            await provider.adapter.cancel(ref)
+            return
+        self._notifier.job_changed(job.id)
+        log.info("job_submitted", extra={"job_id": job.id, "provider": provider.name})
+
+    async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
+        delay = self._backoff.delay_s(job.attempts + 1, self._rng)
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, self._backoff.max_s))
+        await self._store.defer(
+            job.id, next_attempt_at=self._clock() + timedelta(seconds=delay), raw_status=why
+        )
+        self._notifier.job_changed(job.id)

@@ -1,0 +1,86 @@
+"""The one finalizer: every road to a terminal state ends here (DESIGN "data path").
+
+Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
+:meth:`Finalizer.finalize`. It checks the provider job id, copies output files into owned
+storage, then records the terminal state, the asset rows and the ``completed`` outbox
+event in one transaction (:meth:`gateway.store.JobStore.finish`). A call for a job that
+is already terminal is a no-op that returns the stored result.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from contracts.errors import ContractViolation
+from contracts.job import Job, JobState
+from contracts.snapshot import ProviderSnapshot
+from gateway.assets import AssetError, OutputCopier
+from gateway.notify import Notifier
+from gateway.store import JobStore, Outcome
+
+__all__ = ["Finalizer"]
+
+log = logging.getLogger(__name__)
+
+
+class Finalizer:
+    """Records terminal outcomes exactly once."""
+
+    def __init__(self, *, store: JobStore, copier: OutputCopier, notifier: Notifier) -> None:
+        self._store = store
+        self._copier = copier
+        self._notifier = notifier
+
+    async def finalize(self, job: Job, snapshot: ProviderSnapshot) -> Job:
+        """Record ``snapshot`` (terminal) as the outcome of ``job``.
+
+        Raises
+        ------
+        ContractViolation
+            When the snapshot's provider job id is not the job's, or it is not terminal.
+        """
+        if job.state.terminal:
+            return job
+        if not snapshot.state.terminal:
+            raise ContractViolation(f"snapshot for {job.id} is not terminal")
+        if job.provider_job_id is not None and snapshot.provider_job_id != job.provider_job_id:
+            raise ContractViolation(
+                f"snapshot names provider job {snapshot.provider_job_id!r}, "
+                f"job {job.id} has {job.provider_job_id!r}"
+            )
+        outcome = await self._outcome(job, snapshot)
+        return await self._record(job, outcome)
+
+    async def finish_here(self, job: Job, state: JobState, error: str | None) -> Job:
+        """Record a terminal state decided by the gateway itself (cancel before submit,
+        deadline, lifetime, provider lost the job)."""
+        return await self._record(job, Outcome(state=state, raw_status="gateway", error=error))
+
+    async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
+        base = {
+            "raw_status": snapshot.raw_status,
+            "logs": snapshot.logs,
+            "metrics": snapshot.metrics,
+        }
+        if snapshot.state is not JobState.COMPLETED:
+            output = None if snapshot.state is JobState.CANCELED else snapshot.output
+            return Outcome(state=snapshot.state, output=output, error=snapshot.error, **base)
+        try:
+            output, records = await self._copier.copy(job.id, snapshot.output)
+        except AssetError as exc:
+            log.warning("output_copy_failed", extra={"job_id": job.id, "error": exc.detail})
+            return Outcome(state=JobState.FAILED, error=exc.detail, **base)
+        return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
+
+    async def _record(self, job: Job, outcome: Outcome) -> Job:
+        done = await self._store.finish(job.id, outcome)
+        self._notifier.job_changed(job.id)
+        self._notifier.wake("dispatcher")  # a provider slot may have freed
+        self._notifier.wake("delivery")
+        if done is None:
+            return await self._store.get(job.id)
+        log.info(
+            "job_finished",
+            extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
+        )
+        return done

@@ -1,0 +1,197 @@
+"""Provider webhook intake: verify, persist, acknowledge; then apply in order.
+
+A provider calls ``POST /provider-webhooks/{provider}/{job_id}/{token}``. Before the body
+is parsed (DESIGN invariant 5): the job must exist and belong to that provider, the
+token must match the job's unguessable callback token (constant-time), and the adapter
+must verify the request (a signature, or Cog's bearer token). The raw, verified body is
+then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it cannot be
+stored, the answer is 503 so the provider retries (providers.md §1.9). The
+:class:`EventProcessor` applies stored events in arrival order: terminal snapshots go to
+the finalizer, others update the job's progress. Events survive a restart unprocessed
+and are applied when the gateway returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from contracts.errors import CutoverError, ServiceUnavailable, WebhookVerificationError
+from contracts.job import JobState
+from gateway.clock import Clock, utcnow
+from gateway.finalizer import Finalizer
+from gateway.loop import Loop
+from gateway.notify import Notifier
+from gateway.providers import Provider
+from gateway.schema import provider_events
+from gateway.store import JobStore, Progress
+
+__all__ = ["EventProcessor", "Intake"]
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    """Receives provider webhooks (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        providers: dict[str, Provider],
+        notifier: Notifier,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._store = store
+        self._providers = providers
+        self._notifier = notifier
+        self._clock = clock
+
+    async def receive(
+        self, provider_name: str, job_id: str, token: str, headers: Mapping[str, str], body: bytes
+    ) -> bool:
+        """Verify and store one webhook; True if it was new, False for a duplicate.
+
+        Raises
+        ------
+        WebhookVerificationError
+            Unknown job, wrong provider, wrong token, or the adapter's check failed.
+        ServiceUnavailable
+            The event could not be stored (answer 503 so the provider retries).
+        """
+        provider = self._providers.get(provider_name)
+        known = await self._store.callback_token(job_id)
+        if (
+            provider is None
+            or known is None
+            or known[0] != provider_name
+            or not hmac.compare_digest(known[1].encode(), token.encode())
+        ):
+            raise WebhookVerificationError("unknown webhook URL")
+        provider.adapter.verify_webhook(headers, body)
+        try:
+            async with self._store.engine.begin() as conn:
+                await conn.execute(
+                    provider_events.insert().values(
+                        job_id=job_id,
+                        provider=provider_name,
+                        event_key=hashlib.sha256(body).hexdigest(),
+                        body=body,
+                        received_at=self._clock(),
+                    )
+                )
+        except IntegrityError:
+            return False
+        except SQLAlchemyError as exc:
+            raise ServiceUnavailable("the event could not be stored; retry later") from exc
+        self._notifier.wake(EventProcessor.name)
+        return True
+
+
+class EventProcessor(Loop):
+    """Applies stored provider events, oldest first, one job's events in order."""
+
+    name = "events"
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        providers: dict[str, Provider],
+        finalizer: Finalizer,
+        notifier: Notifier,
+        owner: str,
+        lease_s: float,
+        interval_s: float,
+        batch: int = 64,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._store = store
+        self._engine: AsyncEngine = store.engine
+        self._providers = providers
+        self._finalizer = finalizer
+        self._owner = owner
+        self._lease = timedelta(seconds=lease_s)
+        self._batch = batch
+        self._clock = clock
+
+    async def run_once(self) -> int:
+        rows = await self._claim()
+        by_job: defaultdict[str, list[sa.Row]] = defaultdict(list)  # type: ignore[type-arg]
+        for row in rows:
+            by_job[row.job_id].append(row)
+        await asyncio.gather(*(self._apply_all(events) for events in by_job.values()))
+        return len(rows)
+
+    async def _claim(self) -> list[sa.Row]:  # type: ignore[type-arg]
+        now = self._clock()
+        pending = (
+            sa.select(provider_events.c.id)
+            .where(
+                provider_events.c.processed_at.is_(None),
+                sa.or_(
+                    provider_events.c.leased_until.is_(None),
+                    provider_events.c.leased_until < now,
+                ),
+            )
+            .order_by(provider_events.c.id)
+            .limit(self._batch)
+            .with_for_update(skip_locked=True)
+        )
+        async with self._engine.begin() as conn:
+            ids = list((await conn.execute(pending)).scalars())
+            if not ids:
+                return []
+            rows = await conn.execute(
+                provider_events.update()
+                .where(provider_events.c.id.in_(ids))
+                .values(lease_owner=self._owner, leased_until=now + self._lease)
+                .returning(*provider_events.c)
+            )
+            return sorted(rows, key=lambda r: r.id)
+
+    async def _apply_all(self, events: list[sa.Row]) -> None:  # type: ignore[type-arg]
+        for event in events:
+            try:
+                await self._apply(event)
+            except CutoverError as exc:
+                log.warning(
+                    "provider_event_rejected",
+                    extra={"job_id": event.job_id, "provider": event.provider, "error": exc.detail},
+                )
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    provider_events.update()
+                    .where(provider_events.c.id == event.id)
+                    .values(processed_at=self._clock(), lease_owner=None, leased_until=None)
+                )
+
+    async def _apply(self, event: sa.Row) -> None:  # type: ignore[type-arg]
+        provider = self._providers.get(event.provider)
+        if provider is None:
+            return
+        snapshot = provider.adapter.parse_webhook(event.body)
+        job = await self._store.get(event.job_id)
+        if job.state.terminal:
+            log.info("late_provider_event", extra={"job_id": job.id, "raw": snapshot.raw_status})
+            return
+        if snapshot.state.terminal:
+            await self._finalizer.finalize(job, snapshot)
+            return
+        state = snapshot.state if snapshot.state is not JobState.CREATING else JobState.QUEUED
+        updated = await self._store.apply_progress(
+            job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
+        )
+        if updated is not None:
+            self._notifier.job_changed(job.id)
+            self._notifier.wake("delivery")

@@ -1,0 +1,29 @@
+"""Typed keys of the aiohttp application (STYLE.md rule 8)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.config import Settings
+from gateway.intake import Intake
+from gateway.notify import Notifier
+from gateway.predictions import PredictionService
+from gateway.providers import Provider
+from gateway.routing import Router
+from gateway.storage import Storage
+from gateway.store import JobStore
+
+SETTINGS = web.AppKey("settings", Settings)
+ENGINE = web.AppKey("engine", AsyncEngine)
+STORE = web.AppKey("store", JobStore)
+NOTIFIER = web.AppKey("notifier", Notifier)
+ROUTER = web.AppKey("router", Router)
+PROVIDERS = web.AppKey("providers", dict[str, Provider])
+PREDICTIONS = web.AppKey("predictions", PredictionService)
+INTAKE = web.AppKey("intake", Intake)
+STORAGE = web.AppKey("storage", Storage)
+SIGNING_SECRET = web.AppKey("signing_secret", str)
+STARTED_AT = web.AppKey("started_at", datetime)

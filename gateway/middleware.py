@@ -1,0 +1,148 @@
+"""HTTP plumbing shared by every handler: problem+json errors, auth, JSON bodies.
+
+One middleware turns every error into an RFC 9457 problem document
+(``application/problem+json``, specs/replicate-api.md §5.1); no traceback ever reaches a
+client. Another checks the API token (``Authorization: Bearer <token>`` or the legacy
+``Token <token>``, §1) on the Replicate API routes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
+from contracts.replicate import Problem
+
+__all__ = [
+    "PUBLIC_PREFIXES",
+    "auth_middleware",
+    "json_response",
+    "parse_body",
+    "problem_middleware",
+    "problem_response",
+]
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=BaseModel)
+
+PUBLIC_PREFIXES = ("/health", "/ready", "/metrics", "/assets/", "/provider-webhooks/", "/admin/")
+
+_HTTP_TITLES = {
+    404: "Not found",
+    405: "Method not allowed",
+    413: "Payload too large",
+    415: "Unsupported media type",
+}
+
+
+def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
+    """A compact JSON response."""
+    return web.json_response(
+        data, status=status, dumps=lambda v: json.dumps(v, separators=(",", ":")), **kwargs
+    )
+
+
+def problem_response(status: int, title: str, detail: str) -> web.Response:
+    """A problem+json response."""
+    body = Problem(title=title, status=status, detail=detail).model_dump()
+    return web.Response(
+        status=status, text=json.dumps(body), content_type="application/problem+json"
+    )
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every error to problem+json; log unexpected ones with context."""
+    try:
+        return await handler(request)
+    except CutoverError as exc:
+        response = problem_response(exc.status, exc.title, exc.detail)
+        retry_after = getattr(exc, "retry_after_s", None)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(max(1, round(retry_after)))
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        detail = _http_detail(request, exc)
+        return problem_response(exc.status, _HTTP_TITLES.get(exc.status, exc.reason), detail)
+    except Exception:  # the boundary: never a traceback to the client
+        log.exception("unhandled_error", extra={"path": request.path})
+        return problem_response(500, "Internal error", "the gateway failed; see its logs")
+
+
+def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 404:
+        return "The requested resource could not be found."
+    if exc.status == 405:
+        return f"{request.method} is not allowed on {request.path}"
+    if exc.status == 413:
+        return f"the request body is larger than {request.app.get('max_body_bytes', '?')} bytes"
+    return exc.text or exc.reason
+
+
+def auth_middleware(tokens: Iterable[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Require one of ``tokens`` on every route outside :data:`PUBLIC_PREFIXES`."""
+    accepted = [t.encode() for t in tokens]
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith(PUBLIC_PREFIXES):
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        presented = token.strip().encode()
+        if scheme.lower() not in {"bearer", "token"} or not presented:
+            raise Unauthenticated("You did not pass an authentication token")
+        if not any(hmac.compare_digest(presented, t) for t in accepted):
+            raise Unauthenticated("You did not pass a valid authentication token")
+        return await handler(request)
+
+    return check
+
+
+async def parse_body(request: web.Request, model: type[M]) -> M:
+    """The request body validated as ``model``.
+
+    Raises
+    ------
+    PayloadTooLarge
+        The body exceeds the configured limit.
+    ContractViolation
+        Malformed JSON, not an object, or a field of the wrong type (the detail names
+        each offending field).
+    """
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise PayloadTooLarge(
+            f"the request body is larger than the limit of {exc.max_size} bytes"
+        ) from exc
+    try:
+        data = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ContractViolation("the request body must be a JSON object")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ContractViolation(_explain(exc)) from exc
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "is not a field of this request"
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)

@@ -1,0 +1,152 @@
+"""The transactional outbox: which webhook events a job transition causes.
+
+Called by :class:`gateway.store.JobStore` inside the transaction that changes the job, so
+an event exists if and only if its state change was committed (specs/replicate-api.md
+§6.2, issue "exactly one completion event"). Delivery lives in :mod:`gateway.delivery`.
+
+Rules:
+
+* events are ``start`` (the job started running), ``output`` and ``logs`` (new output or
+  logs while running) and ``completed`` (a terminal state); the app's
+  ``webhook_events_filter`` is honoured exactly; without one, ``output`` and
+  ``completed`` are sent (§6.2 recommendation);
+* ``output``/``logs`` are coalesced: while one is still waiting to be sent, the newest
+  snapshot replaces its payload, and a new one is not due sooner than ``throttle_s``
+  after the previous one of its kind (at most one per 500 ms by default);
+* the ``completed`` event supersedes every not-yet-sent non-terminal event of the job,
+  so no non-terminal snapshot is ever sent after the terminal one;
+* each payload is the full prediction, serialised once, as compact JSON.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from contracts.job import Job, JobState
+from gateway import signing, wire
+from gateway.schema import outbox
+
+__all__ = ["DEFAULT_EVENTS", "PENDING", "Planner", "new_msg_id"]
+
+DEFAULT_EVENTS = ("output", "completed")
+PENDING = "pending"
+DELIVERED = "delivered"
+DEAD = "dead"
+SUPERSEDED = "superseded"
+DROPPED = "dropped"
+
+
+def new_msg_id() -> str:
+    """A Standard Webhooks message id, stable across the retries of one event."""
+    return "msg_" + secrets.token_hex(12)
+
+
+def events_for(old: Job | None, new: Job) -> list[str]:
+    """The events the transition ``old -> new`` causes, before the app's filter."""
+    if new.state.terminal:
+        return ["completed"]
+    events = []
+    if new.state is JobState.RUNNING and (old is None or old.state is not JobState.RUNNING):
+        events.append("start")
+    if old is not None and new.output is not None and new.output != old.output:
+        events.append("output")
+    if old is not None and new.logs and new.logs != old.logs:
+        events.append("logs")
+    return events
+
+
+class Planner:
+    """Writes the outbox rows of a transition.
+
+    Parameters
+    ----------
+    base_url : str
+        The gateway's public URL, for the payload's ``urls``.
+    throttle_s : float
+        Minimum seconds between two ``output`` (or two ``logs``) events of one job.
+    """
+
+    def __init__(self, *, base_url: str, throttle_s: float = 0.5) -> None:
+        self._base_url = base_url
+        self._throttle = timedelta(seconds=throttle_s)
+
+    async def write(self, conn: AsyncConnection, old: Job | None, new: Job, now: datetime) -> int:
+        """Insert (or coalesce) the events for ``old -> new``; return how many are new."""
+        if new.webhook is None:
+            return 0
+        wanted = set(new.webhook_events_filter or DEFAULT_EVENTS)
+        events = [e for e in events_for(old, new) if e in wanted]
+        if not events:
+            return 0
+        payload = signing.compact_json(wire.prediction(new, self._base_url).wire()).decode()
+        if events == ["completed"]:
+            await conn.execute(
+                outbox.update()
+                .where(outbox.c.job_id == new.id, outbox.c.status == PENDING)
+                .where(outbox.c.attempts == 0)
+                .values(status=SUPERSEDED)
+            )
+            await self._insert(conn, new, "completed", payload, now, now)
+            return 1
+        # One snapshot answers every event it triggers; prefer the most specific.
+        event = next(e for e in ("start", "output", "logs") if e in events)
+        if event == "start":
+            await self._insert(conn, new, event, payload, now, now)
+            return 1
+        return await self._coalesce(conn, new, event, payload, now)
+
+    async def _coalesce(
+        self, conn: AsyncConnection, job: Job, event: str, payload: str, now: datetime
+    ) -> int:
+        waiting = (
+            await conn.execute(
+                outbox.update()
+                .where(
+                    outbox.c.job_id == job.id,
+                    outbox.c.event == event,
+                    outbox.c.status == PENDING,
+                    outbox.c.attempts == 0,
+                )
+                .values(payload=payload)
+                .returning(outbox.c.id)
+            )
+        ).first()
+        if waiting is not None:
+            return 0
+        last = (
+            await conn.execute(
+                sa.select(sa.func.max(outbox.c.created_at)).where(
+                    outbox.c.job_id == job.id, outbox.c.event == event
+                )
+            )
+        ).scalar()
+        due = now if last is None else max(now, last + self._throttle)
+        await self._insert(conn, job, event, payload, now, due)
+        return 1
+
+    async def _insert(
+        self,
+        conn: AsyncConnection,
+        job: Job,
+        event: str,
+        payload: str,
+        now: datetime,
+        due: datetime,
+    ) -> None:
+        await conn.execute(
+            outbox.insert().values(
+                msg_id=new_msg_id(),
+                job_id=job.id,
+                event=event,
+                url=job.webhook,
+                payload=payload,
+                status=PENDING,
+                attempts=0,
+                created_at=now,
+                next_attempt_at=due,
+            )
+        )

@@ -1,0 +1,114 @@
+"""The poller: asks providers where submitted jobs stand when no webhook has said so.
+
+Jobs are due at ``next_attempt_at``; each round leases the due ones, calls
+``adapter.fetch`` (a status call, or Cog's watchdog probe, providers.md §1.12 point 3) and
+hands a terminal snapshot to the finalizer. Between checks the interval grows with the
+job's age (half its time since submission, between the adapter's ``fetch_interval_s`` and
+``fetch_max_interval_s``) with full jitter, so a long job is not hammered and a lost
+webhook is still noticed. Jobs whose provider cannot be asked are only rescheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import timedelta
+
+from contracts.errors import CapabilityMissing, CutoverError
+from contracts.job import Job, JobState
+from contracts.snapshot import ProviderRef
+from gateway.clock import Clock, utcnow
+from gateway.finalizer import Finalizer
+from gateway.loop import Loop
+from gateway.notify import Notifier
+from gateway.providers import Provider
+from gateway.store import JobStore, Progress
+
+__all__ = ["Poller", "provider_ref"]
+
+log = logging.getLogger(__name__)
+
+
+def provider_ref(job: Job, callback_url: str | None = None) -> ProviderRef:
+    """How to address ``job`` upstream again."""
+    assert job.provider_job_id is not None
+    return ProviderRef(
+        job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
+        webhook_url=callback_url,
+    )
+
+
+class Poller(Loop):
+    """Fetches due jobs' status; see the module docstring."""
+
+    name = "poller"
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        providers: dict[str, Provider],
+        finalizer: Finalizer,
+        notifier: Notifier,
+        callback_url: object,
+        interval_s: float,
+        batch: int = 32,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._store = store
+        self._providers = providers
+        self._finalizer = finalizer
+        self._callback_url = callback_url
+        self._batch = batch
+        self._clock = clock
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
+
+    async def run_once(self) -> int:
+        jobs = await self._store.claim_fetch(self._batch)
+        await asyncio.gather(*(self._check(job) for job in jobs))
+        return len(jobs)
+
+    async def _check(self, job: Job) -> None:
+        provider = self._providers.get(job.provider)
+        if provider is None:
+            await self._store.release(job.id, next_attempt_at=self._next(job, None))
+            return
+        try:
+            url = await self._url(job)
+            snapshot = await provider.adapter.fetch(provider_ref(job, url))
+        except CapabilityMissing:
+            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            return
+        except CutoverError as exc:
+            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            return
+        if snapshot.state.terminal:
+            await self._finalizer.finalize(job, snapshot)
+            return
+        state = snapshot.state if snapshot.state is not JobState.CREATING else JobState.QUEUED
+        updated = await self._store.apply_progress(
+            job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
+        )
+        if updated is not None:
+            self._notifier.job_changed(job.id)
+        await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+
+    async def _url(self, job: Job) -> str | None:
+        make = self._callback_url
+        token = await self._store.callback_token(job.id)
+        if token is None or not callable(make):
+            return None
+        return str(make(job, token[1]))
+
+    def _next(self, job: Job, provider: Provider | None):  # type: ignore[no-untyped-def]
+        now = self._clock()
+        if provider is None:
+            return now + timedelta(seconds=60)
+        caps = provider.adapter.capabilities
+        age = (now - (job.submitted_at or job.created_at)).total_seconds()
+        ceiling = min(caps.fetch_max_interval_s, max(caps.fetch_interval_s, age / 2))
+        return now + timedelta(seconds=caps.fetch_interval_s / 2 + self._rng.uniform(0, ceiling))

@@ -1,0 +1,259 @@
+"""The prediction service: what the Replicate-compatible endpoints do, without HTTP.
+
+Handlers parse requests into contracts and call this; it routes, stores, waits and
+cancels (specs/replicate-api.md §2, §3). The job row is committed before anything is sent
+to a provider; the dispatcher is then woken.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from contracts.errors import ContractViolation, NotFound
+from contracts.job import Job
+from contracts.replicate import CreatePrediction
+from gateway import ids, ssrf, wire
+from gateway.clock import Clock, utcnow
+from gateway.notify import Notifier
+from gateway.routing import Router
+from gateway.store import JobStore, NewJob
+
+__all__ = [
+    "PAGE_SIZE",
+    "CreateOptions",
+    "Page",
+    "PredictionService",
+    "parse_cancel_after",
+    "parse_prefer_wait",
+]
+
+PAGE_SIZE = 100
+MIN_CANCEL_AFTER_S = 5.0
+_DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_prefer_wait(header: str | None, max_s: float) -> float | None:
+    """Seconds to hold a create open for ``Prefer: wait[=N]`` (§3.2), or None.
+
+    ``wait`` means the maximum (60 s); ``wait=N`` is clamped to [1, max_s]. Other
+    preferences are ignored, and so are malformed ``wait`` values (the spec asks for
+    leniency).
+    """
+    if not header:
+        return None
+    for preference in header.split(","):
+        name, _, value = preference.strip().partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        if not value:
+            return max_s
+        try:
+            seconds = float(value.strip().strip('"'))
+        except ValueError:
+            return max_s
+        return min(max(seconds, 1.0), max_s)
+    return None
+
+
+def parse_cancel_after(header: str | None) -> float | None:
+    """Seconds from ``Cancel-After``: ``30``, ``30s``, ``5m``, ``1h30m45s`` (§3.2).
+
+    Raises
+    ------
+    ContractViolation
+        For any other syntax or a value under 5 s.
+    """
+    if header is None:
+        return None
+    text = header.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        match = _DURATION_RE.match(text)
+        if not text or match is None:
+            raise ContractViolation(
+                f"Cancel-After {header!r} is not a duration like 30, 30s, 5m or 1h30m45s"
+            ) from None
+        hours, minutes, secs = match.groups()
+        seconds = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs or 0)
+    if seconds < MIN_CANCEL_AFTER_S:
+        raise ContractViolation(f"Cancel-After must be at least {MIN_CANCEL_AFTER_S:.0f} s")
+    return seconds
+
+
+@dataclass(frozen=True)
+class CreateOptions:
+    """The headers of a create request, parsed."""
+
+    idempotency_key: str | None = None
+    wait_s: float | None = None
+    cancel_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of predictions and the absolute URLs of its neighbours."""
+
+    jobs: list[Job]
+    next_url: str | None
+    previous_url: str | None
+
+
+class PredictionService:
+    """Create, read, list, cancel and wait on predictions."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        router: Router,
+        notifier: Notifier,
+        webhook_policy: ssrf.WebhookTargetPolicy,
+        public_url: str,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._notifier = notifier
+        self._policy = webhook_policy
+        self._public_url = public_url
+        self._clock = clock
+
+    async def create(
+        self, request: CreatePrediction, options: CreateOptions, target: str
+    ) -> tuple[Job, bool]:
+        """Route and store a new prediction; ``(job, created)``.
+
+        ``target`` names the endpoint (it is part of the idempotency fingerprint).
+
+        Raises
+        ------
+        NotFound
+            No route serves the model, version or deployment.
+        ContractViolation
+            The webhook target is refused (SSRF guard) or a header is malformed.
+        Conflict
+            The idempotency key was used for another request.
+        """
+        fingerprint = _fingerprint(target, request)
+        if options.idempotency_key is not None:
+            existing = await self._store.find_idempotent(options.idempotency_key, fingerprint)
+            if existing is not None:
+                return existing, False
+        job_id = ids.new_prediction_id()
+        routed = self._router.resolve(request, job_id)
+        webhook, events = request.webhook, request.webhook_events_filter
+        if webhook is not None:
+            await self._policy.check_url(webhook)
+        now = self._clock()
+        deadline = (
+            now + timedelta(seconds=options.cancel_after_s) if options.cancel_after_s else None
+        )
+        job, created = await self._store.create(
+            NewJob(
+                id=job_id,
+                model=routed.model,
+                version=routed.version,
+                deployment=routed.deployment,
+                route=routed.key,
+                provider=routed.provider,
+                input=request.input,
+                callback_token=ids.callback_token(),
+                webhook=webhook,
+                webhook_events_filter=events,
+                deadline=deadline,
+                stream=request.stream,
+                idempotency_key=options.idempotency_key,
+                request_hash=fingerprint if options.idempotency_key else None,
+            )
+        )
+        if created:
+            self._notifier.wake("dispatcher")
+        return job, created
+
+    async def wait(self, job: Job, wait_s: float) -> Job:
+        """The job once terminal, or as it stands after ``wait_s`` seconds."""
+        deadline = self._clock() + timedelta(seconds=wait_s)
+        while not job.state.terminal:
+            left = (deadline - self._clock()).total_seconds()
+            if left <= 0:
+                break
+            await self._notifier.wait_job(job.id, min(left, 0.5))
+            job = await self._store.get(job.id)
+        return job
+
+    async def get(self, job_id: str) -> Job:
+        """The job; ``NotFound`` for an unknown or malformed id."""
+        if not ids.PREDICTION_ID_RE.match(job_id):
+            raise NotFound(f"prediction {job_id!r} does not exist")
+        return await self._store.get(job_id)
+
+    async def cancel(self, job_id: str) -> Job:
+        """Request a cancel (idempotent); a finished prediction is returned unchanged."""
+        job = await self.get(job_id)
+        if job.state.terminal:
+            return job
+        job = await self._store.request_cancel(job_id)
+        self._notifier.wake("reaper")
+        return job
+
+    async def page(
+        self,
+        cursor: str | None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> Page:
+        """One page of predictions, newest first (§2.5); cursors are opaque."""
+        direction, position = _decode_cursor(cursor) if cursor else ("next", None)
+        kwargs: dict[str, Any] = {
+            "created_after": created_after,
+            "created_before": created_before,
+            "limit": PAGE_SIZE + 1,
+        }
+        kwargs["after" if direction == "prev" else "before"] = position
+        found = await self._store.page(**kwargs)
+        if direction == "prev":
+            more_newer = len(found) > PAGE_SIZE
+            found = found[-PAGE_SIZE:] if more_newer else found
+            more_older = True
+        else:
+            more_older = len(found) > PAGE_SIZE
+            found = found[:PAGE_SIZE]
+            more_newer = position is not None
+        next_url = self._page_url("next", found[-1]) if found and more_older else None
+        prev_url = self._page_url("prev", found[0]) if found and more_newer else None
+        return Page(jobs=found, next_url=next_url, previous_url=prev_url)
+
+    def _page_url(self, direction: str, job: Job) -> str:
+        raw = f"{direction}|{job.created_at.isoformat()}|{job.id}".encode()
+        token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return f"{self._public_url}/v1/predictions?cursor={token}"
+
+    def prediction(self, job: Job, *, status: str | None = None) -> dict[str, Any]:
+        """The wire form of ``job``."""
+        return wire.prediction(job, self._public_url, status=status).wire()
+
+
+def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        direction, at, job_id = raw.split("|")
+        if direction not in {"next", "prev"}:
+            raise ValueError(direction)
+        return direction, (datetime.fromisoformat(at), job_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ContractViolation(f"cursor {cursor!r} is not one this gateway issued") from exc
+
+
+def _fingerprint(target: str, request: CreatePrediction) -> str:
+    body = json.dumps(
+        {"target": target, **request.model_dump(mode="json")}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(body.encode()).hexdigest()

@@ -1,0 +1,72 @@
+"""Routes outside the Replicate API: health, readiness, owned files, provider webhooks."""
+
+from __future__ import annotations
+
+import mimetypes
+
+import sqlalchemy as sa
+from aiohttp import web
+
+from gateway import keys
+from gateway.middleware import json_response, problem_response
+from gateway.schema import assets
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/health")
+async def health(request: web.Request) -> web.Response:
+    """Alive: the process answers."""
+    return json_response({"status": "ok"})
+
+
+@routes.get("/ready")
+async def ready(request: web.Request) -> web.Response:
+    """Ready: the store answers and at least one provider and route are configured."""
+    problems = []
+    try:
+        async with request.app[keys.ENGINE].connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 (readiness reports any store failure)
+        problems.append(f"store unreachable: {type(exc).__name__}")
+    if not request.app[keys.PROVIDERS]:
+        problems.append("no providers configured")
+    if not request.app[keys.ROUTER].routes:
+        problems.append("no routes configured")
+    if problems:
+        return problem_response(503, "Not ready", "; ".join(problems))
+    return json_response({"status": "ready"})
+
+
+@routes.get("/assets/{key:.+}")
+async def asset(request: web.Request) -> web.StreamResponse:
+    """An output file in owned storage; no token needed (capability URL, §8.4)."""
+    key = request.match_info["key"]
+    path = request.app[keys.STORAGE].path(key)
+    if path is None:
+        raise web.HTTPNotFound()
+    async with request.app[keys.ENGINE].connect() as conn:
+        content_type = (
+            await conn.execute(sa.select(assets.c.content_type).where(assets.c.key == key))
+        ).scalar()
+    response = web.FileResponse(path)
+    response.content_type = (
+        content_type or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    )
+    return response
+
+
+@routes.post("/provider-webhooks/{provider}/{job_id}/{token}")
+async def provider_webhook(request: web.Request) -> web.Response:
+    """A provider's event: verified before parsing, stored once, acknowledged fast."""
+    body = await request.read()
+    new = await request.app[keys.INTAKE].receive(
+        request.match_info["provider"],
+        request.match_info["job_id"],
+        request.match_info["token"],
+        request.headers,
+        body,
+    )
+    return json_response({"received": True, "duplicate": not new})

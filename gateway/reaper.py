@@ -1,0 +1,114 @@
+"""Cancels and deadlines: every job ends, within its deadline (DESIGN invariants 2, 6).
+
+Each round:
+
+1. unsubmitted jobs with a cancel request end ``canceled`` at once (never submitted);
+   unsubmitted jobs past their ``Cancel-After`` deadline end ``canceled`` with an error
+   naming the deadline (Replicate would say ``aborted``, which 1.x clients cannot read:
+   specs/replicate-api.md §4.3);
+2. submitted jobs with a cancel request, or past their deadline, get one provider cancel;
+   the provider's terminal event decides the outcome;
+3. jobs whose provider cancel got no terminal answer within ``cancel_grace_s`` end
+   ``canceled``; jobs older than ``max_job_lifetime_s`` (without a deadline of their own)
+   are canceled upstream and end ``failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from contracts.errors import CutoverError
+from contracts.job import Job, JobState
+from gateway.clock import Clock, utcnow
+from gateway.finalizer import Finalizer
+from gateway.loop import Loop
+from gateway.notify import Notifier
+from gateway.poller import provider_ref
+from gateway.providers import Provider
+from gateway.store import JobStore
+from gateway.wire import timestamp
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger(__name__)
+
+
+class Reaper(Loop):
+    """Applies cancels, deadlines and the maximum lifetime."""
+
+    name = "reaper"
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        providers: dict[str, Provider],
+        finalizer: Finalizer,
+        notifier: Notifier,
+        cancel_grace_s: float,
+        max_job_lifetime_s: float,
+        interval_s: float,
+        batch: int = 64,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._store = store
+        self._providers = providers
+        self._finalizer = finalizer
+        self._grace = timedelta(seconds=cancel_grace_s)
+        self._lifetime = timedelta(seconds=max_job_lifetime_s)
+        self._batch = batch
+        self._clock = clock
+
+    async def run_once(self) -> int:
+        handled = 0
+        for job in await self._store.unsubmitted_to_cancel(self._batch):
+            await self._finalizer.finish_here(job, JobState.CANCELED, _why_unsubmitted(job))
+            handled += 1
+        for job in await self._store.submitted_to_cancel(self._batch):
+            await self._cancel_upstream(job)
+            handled += 1
+        now = self._clock()
+        overdue = await self._store.overdue(
+            cancel_sent_before=now - self._grace,
+            created_before=now - self._lifetime,
+            limit=self._batch,
+        )
+        for job in overdue:
+            await self._expire(job)
+            handled += 1
+        return handled
+
+    async def _cancel_upstream(self, job: Job) -> None:
+        provider = self._providers.get(job.provider)
+        if provider is not None and job.provider_job_id is not None:
+            try:
+                await provider.adapter.cancel(provider_ref(job))
+            except CutoverError as exc:
+                log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
+        await self._store.mark_cancel_sent(job.id)
+
+    async def _expire(self, job: Job) -> None:
+        if job.cancel_sent_at is not None:
+            why = (
+                f"the prediction passed its deadline ({timestamp(job.deadline)})"
+                if job.cancel_requested_at is None and job.deadline is not None
+                else None
+            )
+            await self._finalizer.finish_here(job, JobState.CANCELED, why)
+            return
+        await self._cancel_upstream(job)
+        await self._finalizer.finish_here(
+            job,
+            JobState.FAILED,
+            f"the prediction did not finish within {self._lifetime.total_seconds():.0f} s",
+        )
+
+
+def _why_unsubmitted(job: Job) -> str | None:
+    if job.cancel_requested_at is not None:
+        return None
+    return (
+        f"the prediction passed its deadline ({timestamp(job.deadline)}) before it started"
+    )

@@ -1,0 +1,163 @@
+"""The store's tables (SQLAlchemy 2 Core metadata), shared by SQLite and PostgreSQL.
+
+The alembic migrations in ``gateway/migrations`` create exactly these tables; a test
+checks that the migrated schema matches this metadata.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+__all__ = [
+    "assets",
+    "endpoints",
+    "jobs",
+    "metadata",
+    "outbox",
+    "provider_events",
+    "secrets",
+]
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite keeps no zone)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("raw_status", sa.String(64)),
+    sa.Column("model", sa.String(255), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("deployment", sa.String(255)),
+    sa.Column("route", sa.String(255), nullable=False),
+    sa.Column("provider", sa.String(64), nullable=False),
+    sa.Column("provider_job_id", sa.String(255)),
+    sa.Column("input", sa.JSON, nullable=False),
+    sa.Column("output", sa.JSON),
+    sa.Column("logs", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Column("metrics", sa.JSON),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("submitted_at", UTCDateTime),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("completed_at", UTCDateTime),
+    sa.Column("deadline", UTCDateTime),
+    sa.Column("cancel_requested_at", UTCDateTime),
+    sa.Column("cancel_sent_at", UTCDateTime),
+    sa.Column("webhook", sa.Text),
+    sa.Column("webhook_events_filter", sa.JSON),
+    sa.Column("idempotency_key", sa.String(255), unique=True),
+    sa.Column("request_hash", sa.String(64)),
+    sa.Column("callback_token", sa.String(64), nullable=False),
+    sa.Column("next_attempt_at", UTCDateTime),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("leased_until", UTCDateTime),
+    sa.Column("stream", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("data_removed", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
+    sa.Index("ix_jobs_created_at_id", "created_at", "id"),
+)
+
+provider_events = sa.Table(
+    "provider_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(26), sa.ForeignKey("jobs.id"), nullable=False),
+    sa.Column("provider", sa.String(64), nullable=False),
+    sa.Column("event_key", sa.String(64), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("received_at", UTCDateTime, nullable=False),
+    sa.Column("processed_at", UTCDateTime),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("leased_until", UTCDateTime),
+    sa.UniqueConstraint("job_id", "event_key"),
+    sa.Index("ix_provider_events_processed_at_id", "processed_at", "id"),
+)
+
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("msg_id", sa.String(64), nullable=False, unique=True),
+    sa.Column("job_id", sa.String(26), sa.ForeignKey("jobs.id"), nullable=False),
+    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("next_attempt_at", UTCDateTime),
+    sa.Column("last_attempt_at", UTCDateTime),
+    sa.Column("delivered_at", UTCDateTime),
+    sa.Column("last_status_code", sa.Integer),
+    sa.Column("last_error", sa.Text),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("leased_until", UTCDateTime),
+    sa.Index("ix_outbox_status_next_attempt_at", "status", "next_attempt_at"),
+    sa.Index("ix_outbox_job_id_id", "job_id", "id"),
+)
+
+assets = sa.Table(
+    "assets",
+    metadata,
+    sa.Column("key", sa.String(512), primary_key=True),
+    sa.Column("job_id", sa.String(26), sa.ForeignKey("jobs.id"), nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("content_type", sa.String(255), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Index("ix_assets_job_id", "job_id"),
+)
+
+endpoints = sa.Table(
+    "endpoints",
+    metadata,
+    sa.Column("url", sa.String(2048), primary_key=True),
+    sa.Column("disabled_at", UTCDateTime, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+)
+
+secrets = sa.Table(
+    "secrets",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+)

@@ -1,0 +1,80 @@
+"""The job as apps see it: a Replicate prediction object (specs/replicate-api.md §4).
+
+Every prediction the gateway sends, in a response or a webhook, is made here, so the
+rules of §4.3 hold in one place: ``urls`` values are absolute gateway URLs (never
+upstream ones), the status is one of five values, timestamps are RFC 3339 UTC with a
+``Z`` and microseconds, and ``metrics.predict_time`` appears only in terminal states.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from contracts.job import Job, replicate_status
+from contracts.replicate import Prediction
+
+__all__ = ["prediction", "prediction_url", "timestamp"]
+
+
+def timestamp(value: datetime | None) -> str | None:
+    """``2024-01-02T03:04:05.678901Z`` for an aware datetime; None stays None."""
+    if value is None:
+        return None
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def prediction_url(base_url: str, job_id: str) -> str:
+    """The absolute ``urls.get`` of a prediction on this gateway."""
+    return f"{base_url}/v1/predictions/{job_id}"
+
+
+def prediction(job: Job, base_url: str, *, status: str | None = None) -> Prediction:
+    """The prediction object for ``job``.
+
+    Parameters
+    ----------
+    job : Job
+        The stored job.
+    base_url : str
+        The gateway's public URL (no trailing slash), for ``urls``.
+    status : str, optional
+        Override the reported status; used for ``Prefer: wait`` answers that must say
+        ``starting`` while unfinished (§3.2).
+    """
+    get_url = prediction_url(base_url, job.id)
+    return Prediction(
+        id=job.id,
+        model=job.model,
+        version=job.version,
+        input=None if job.data_removed else job.input,
+        output=None if job.data_removed else job.output,
+        logs=job.logs or "",
+        error=job.error,
+        status=status or replicate_status(job.state),  # type: ignore[arg-type]
+        created_at=timestamp(job.created_at) or "",
+        started_at=timestamp(job.started_at),
+        completed_at=timestamp(job.completed_at),
+        urls={"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url},
+        metrics=_metrics(job),
+        data_removed=job.data_removed,
+        deadline=timestamp(job.deadline),
+        deployment=job.deployment,
+        webhook=job.webhook,
+        webhook_events_filter=job.webhook_events_filter,
+    )
+
+
+def _metrics(job: Job) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    if job.metrics:
+        metrics.update({k: v for k, v in job.metrics.items() if k != "predict_time"})
+    if not job.state.terminal:
+        return metrics
+    if job.metrics and isinstance(job.metrics.get("predict_time"), int | float):
+        metrics["predict_time"] = job.metrics["predict_time"]
+    elif job.started_at and job.completed_at:
+        metrics["predict_time"] = (job.completed_at - job.started_at).total_seconds()
+    if job.completed_at:
+        metrics["total_time"] = (job.completed_at - job.created_at).total_seconds()
+    return metrics
