@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+# cutover: a Replicate-compatible gateway sidecar.
+#
+#   docker build -t cutover .
+#   docker run -p 8443:8443 -v $PWD/cutover.toml:/etc/cutover/cutover.toml:ro \
+#     -v cutover-data:/var/lib/cutover cutover
+#
+# The config must listen on 0.0.0.0:8443 inside the container (examples/cutover.example.toml
+# shows every key). Keep database_url and storage_url under /var/lib/cutover (the volume),
+# e.g. sqlite+aiosqlite:////var/lib/cutover/cutover.db and file:///var/lib/cutover/assets.
+# The health check reads the config's [gateway] listen and tls_cert_file and calls /health
+# on 127.0.0.1 (the certificate is not checked for this loopback probe); set
+# CUTOVER_HEALTH_URL to override, CUTOVER_CONFIG if the config lives elsewhere.
+
+# --- builder: a wheel of the project, installed with its dependencies into a venv ---------
+FROM python:3.11-slim AS builder
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+WORKDIR /src
+RUN python -m venv /opt/venv
+COPY pyproject.toml README.md ./
+COPY contracts ./contracts
+COPY adapters ./adapters
+COPY gateway ./gateway
+COPY shadow ./shadow
+RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && /opt/venv/bin/pip install /wheels/*.whl
+
+# --- runtime: the venv only, run by an unprivileged user --------------------------------
+FROM python:3.11-slim AS runtime
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+RUN groupadd --system --gid 10001 cutover \
+ && useradd --system --uid 10001 --gid cutover --home-dir /var/lib/cutover \
+      --shell /usr/sbin/nologin cutover \
+ && mkdir -p /etc/cutover /var/lib/cutover/assets \
+ && chown -R cutover:cutover /var/lib/cutover
+
+COPY --from=builder /opt/venv /opt/venv
+
+USER cutover:cutover
+WORKDIR /var/lib/cutover
+VOLUME ["/var/lib/cutover"]
+EXPOSE 8443
+
+# /health over http or https as the config says (or $CUTOVER_HEALTH_URL); slim has no curl.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import os, ssl, sys, tomllib, urllib.request as r; g = tomllib.load(open(os.environ.get('CUTOVER_CONFIG', '/etc/cutover/cutover.toml'), 'rb')).get('gateway', {}); url = os.environ.get('CUTOVER_HEALTH_URL') or ('https' if g.get('tls_cert_file') else 'http') + '://127.0.0.1:' + g.get('listen', ':8080').rpartition(':')[2] + '/health'; sys.exit(0 if r.urlopen(url, timeout=4, context=ssl._create_unverified_context()).status == 200 else 1)"]
+
+ENTRYPOINT ["cutover"]
+CMD ["serve", "--config", "/etc/cutover/cutover.toml"]

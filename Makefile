@@ -1,0 +1,66 @@
+# cutover: everyday commands. Every target builds .venv first when it is missing or older
+# than pyproject.toml, so a fresh clone needs only `python3` (3.11+) and `make`.
+#
+#   make test    ruff, import-linter, pytest (PYTEST_ARGS="-k foo -x" to narrow it)
+#   make lint    ruff and import-linter only
+#   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
+#   make bench   every bench/*.py, if there are any
+#   make clean   caches, build output and the demo's work dir (.venv stays: `make distclean`)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# The venv's tools come first: the Cog server's worker finds `python` on PATH.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+unexport PYTHONHOME
+
+.PHONY: venv test lint pytest demo bench clean distclean
+
+venv: $(STAMP)
+
+$(BIN)/python:
+	@echo "== creating $(VENV) with $$(command -v $(PYTHON)) ($$($(PYTHON) --version))"
+	$(PYTHON) -m venv $(VENV)
+
+# Re-installs when pyproject.toml is newer than the stamp (new dependency, new script).
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "== installing cutover and its dev extra into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -e '.[dev]' >$(VENV)/install.log 2>&1 \
+	  || { tail -40 $(VENV)/install.log; echo "== pip install failed"; exit 1; }
+	touch $@
+
+lint: $(STAMP)
+	@echo "== ruff"
+	$(BIN)/ruff check .
+	@echo "== import-linter"
+	$(BIN)/lint-imports
+
+pytest: $(STAMP)
+	@echo "== pytest"
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint pytest
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+bench: $(STAMP)
+	@shopt -s nullglob; scripts=(bench/*.py); \
+	if (( $${#scripts[@]} == 0 )); then echo "== no bench/*.py yet: nothing to run"; exit 0; fi; \
+	for script in "$${scripts[@]}"; do echo "== $$script"; $(BIN)/python "$$script"; done
+
+clean:
+	rm -rf .demo build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \
+	  *.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
