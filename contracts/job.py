@@ -118,5 +118,6 @@ class Job(BaseModel):
     cancel_sent_at: datetime | None = None
     webhook: str | None = None
     webhook_events_filter: list[str] | None = None
+    attempts: int = 0
     data_removed: bool = False
     stream: bool = False

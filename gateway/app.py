@@ -46,8 +46,9 @@ __all__ = ["LOOPS", "create_app", "signing_secret"]
 
 log = logging.getLogger(__name__)
 LOOPS = web.AppKey("loops", list[Loop])
+OWNER = web.AppKey("owner", str)
 SHUTDOWN_GRACE_S = 5.0
-SIGNING_SECRET_NAME = "webhook_signing_secret"
+SIGNING_SECRET_NAME = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
 
 def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application:
@@ -64,7 +65,6 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
             auth_middleware(t.get_secret_value() for t in gw.api_tokens),
         ],
     )
-    app["max_body_bytes"] = gw.max_body_bytes
     app[keys.SETTINGS] = settings
     app[keys.STARTED_AT] = utcnow()
     app[keys.NOTIFIER] = Notifier()
@@ -143,7 +143,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     )
     store.set_lease_duration(gw.lease_s)
     app[keys.STORE] = store
-    app["owner"] = owner
+    app[OWNER] = owner
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as http:
         app[_HTTP] = http
         copier = OutputCopier(
@@ -183,9 +183,11 @@ def build_loops(app: web.Application) -> list[Loop]:
         Dispatcher(
             **common,
             callback_base_url=base,
-            backoff=retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s),
+            backoff=retry.Backoff(
+                base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
+            ),
         ),
-        EventProcessor(**common, owner=app["owner"], lease_s=gw.lease_s),
+        EventProcessor(**common, owner=app[OWNER], lease_s=gw.lease_s),
         Poller(**common, callback_url=lambda job, token: callback_url(base, job, token)),
         Reaper(
             **common,
@@ -198,7 +200,7 @@ def build_loops(app: web.Application) -> list[Loop]:
 def _loops(run: bool):  # type: ignore[no-untyped-def]
     async def loops(app: web.Application) -> AsyncIterator[None]:
         app[LOOPS] = build_loops(app)
-        tasks = [asyncio.create_task(loop.run(), name=loop.name) for loop in app[LOOPS]] if run else []
+        tasks = [asyncio.create_task(loop.run(), name=loop.name) for loop in app[LOOPS] if run]
         try:
             yield
         finally:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
+from gateway import keys
 
 __all__ = [
     "PUBLIC_PREFIXES",
@@ -85,7 +86,8 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 405:
         return f"{request.method} is not allowed on {request.path}"
     if exc.status == 413:
-        return f"the request body is larger than {request.app.get('max_body_bytes', '?')} bytes"
+        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+        return f"the request body is larger than the limit of {limit} bytes"
     return exc.text or exc.reason
 
 

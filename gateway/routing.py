@@ -33,7 +33,8 @@ class Routed:
 
     @property
     def key(self) -> str:
-        return f"{self.route.model}:{self.route.version}" if self.route.version else self.route.model
+        route = self.route
+        return f"{route.model}:{route.version}" if route.version else route.model
 
 
 class Router:

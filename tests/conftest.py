@@ -1,0 +1,57 @@
+"""Fixtures shared by every tier.
+
+``backend`` runs a test on SQLite and on PostgreSQL (``CUTOVER_TEST_BACKENDS`` narrows
+it); ``gateway`` is an in-process app with a fake provider on that backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.app import create_app
+from gateway.config import Settings
+from tests.support.databases import BACKENDS, database_url_for
+from tests.support.fixtures import cog_server, https_cog, tls  # noqa: F401 (shared fixtures)
+from tests.support.gateway import GatewayHarness, settings_dict
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def database_url(backend: str, tmp_path: Path) -> AsyncIterator[str]:
+    async with database_url_for(backend, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def make_settings(database_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    def make(**sections: Any) -> Settings:
+        return Settings(**settings_dict(database_url, str(tmp_path / "assets"), **sections))
+
+    return make
+
+
+@pytest.fixture
+async def make_gateway(
+    make_settings: Callable[..., Settings],
+    aiohttp_client: Callable[..., Any],
+) -> Callable[..., Any]:
+    async def make(**sections: Any) -> GatewayHarness:
+        app = create_app(make_settings(**sections), run_loops=False)
+        client: TestClient = await aiohttp_client(app)
+        return GatewayHarness(app=app, client=client)
+
+    return make
+
+
+@pytest.fixture
+async def gateway(make_gateway: Callable[..., Any]) -> GatewayHarness:
+    return await make_gateway()

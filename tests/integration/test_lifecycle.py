@@ -1,0 +1,80 @@
+"""The prediction lifecycle through the API, with a fake provider, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+
+from contracts.job import JobState
+from gateway.app import LOOPS
+from tests.support.gateway import VERSION, GatewayHarness
+
+
+async def test_create_is_stored_before_dispatch_and_reported_starting(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    assert prediction["status"] == "starting"
+    job = await gateway.store.get(prediction["id"])
+    assert job.state is JobState.CREATING and gateway.fake.submitted == []
+    await gateway.settle()
+    assert [r.job_id for r in gateway.fake.submitted] == [prediction["id"]]
+    assert (await gateway.store.get(prediction["id"])).state is JobState.QUEUED
+
+
+async def test_webhook_drives_the_job_to_succeeded(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await gateway.settle()
+    assert await gateway.deliver(prediction["id"], JobState.RUNNING, logs="step 1\n") == 200
+    await gateway.settle()
+    running = await gateway.get(prediction["id"])
+    assert running["status"] == "processing" and running["started_at"]
+    assert await gateway.deliver(prediction["id"], JobState.COMPLETED, output="HI") == 200
+    done = await gateway.wait_for(prediction["id"], "succeeded")
+    assert done["output"] == "HI" and done["completed_at"]
+    assert done["metrics"]["predict_time"] >= 0
+
+
+async def test_poll_finishes_a_job_whose_webhook_was_lost(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await gateway.settle()
+    gateway.fake.set_state(prediction["id"], JobState.COMPLETED, output="polled")
+    created_at = (await gateway.store.get(prediction["id"])).created_at
+    await gateway.store.release(prediction["id"], next_attempt_at=created_at)  # due now
+    done = await gateway.wait_for(prediction["id"], "succeeded")
+    assert done["output"] == "polled"
+
+
+async def test_busy_provider_keeps_the_job_queued_then_runs_it(make_gateway):
+    gateway = await make_gateway()
+    gateway.fake.busy_times = 2
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    dispatcher = next(loop for loop in gateway.app[LOOPS] if loop.name == "dispatcher")
+    assert await dispatcher.run_once() == 1
+    job = await gateway.store.get(prediction["id"])
+    assert job.state is JobState.QUEUED and job.submitted_at is None and job.attempts == 1
+    assert (await gateway.get(prediction["id"]))["status"] == "starting"
+
+    async def submitted() -> None:
+        while not gateway.fake.submitted:
+            await gateway.settle()
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(submitted(), 10)
+    job = await gateway.store.get(prediction["id"])
+    assert job.submitted_at is not None and job.attempts == 2
+
+
+async def test_rejected_submit_fails_the_job_with_the_reason(gateway: GatewayHarness):
+    gateway.fake.reject = True
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    done = await gateway.wait_for(prediction["id"], "failed")
+    assert "rejected" in done["error"]
+
+
+async def test_second_terminal_webhook_changes_nothing(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await gateway.settle()
+    await gateway.deliver(prediction["id"], JobState.COMPLETED, output="first")
+    await gateway.wait_for(prediction["id"], "succeeded")
+    assert await gateway.deliver(prediction["id"], JobState.FAILED, error="late") == 200
+    await gateway.settle()
+    again = await gateway.get(prediction["id"])
+    assert again["status"] == "succeeded" and again["output"] == "first"

@@ -1,0 +1,119 @@
+"""The gateway as a real subprocess (``cutover serve --config FILE``), for end-to-end tests.
+
+Used where the process boundary matters: the real ``replicate`` client over HTTPS, a
+SIGKILL in the middle of work, several gateway processes on one database.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import tomli_w
+
+__all__ = ["GatewayProcess", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GatewayProcess:
+    """One gateway process with its own config file and log.
+
+    Parameters
+    ----------
+    config : dict
+        The whole configuration (written as TOML).
+    workdir : Path
+        Where the config file and log go.
+    ca_file : Path, optional
+        The CA to trust when probing an HTTPS gateway.
+    """
+
+    def __init__(self, config: dict[str, Any], workdir: Path, ca_file: Path | None = None):
+        self.config = config
+        self.workdir = workdir
+        self.ca_file = ca_file
+        self.config_path = workdir / f"cutover-{id(self):x}.toml"
+        self.log_path = workdir / f"gateway-{id(self):x}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self.config["gateway"]["public_url"])
+
+    def start(self, timeout_s: float = 30.0) -> GatewayProcess:
+        """Write the config, start the process, and wait until ``/health`` answers."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_bytes(tomli_w.dumps(self.config).encode())
+        command = shutil.which("cutover", path=str(Path(sys.executable).parent))
+        assert command, "the cutover console script is not installed in this venv"
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [command, "serve", "--config", str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")},
+            )
+        try:
+            self._wait_healthy(timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        verify: Any = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else True
+        with httpx.Client(verify=verify, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                assert self._proc is not None
+                if self._proc.poll() is not None:
+                    raise RuntimeError(f"gateway exited early:\n{self.log_tail()}")
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise RuntimeError(f"gateway not healthy within {timeout_s} s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the process group: no cleanup, as in a crash."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        os.killpg(self._proc.pid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
