@@ -94,6 +94,8 @@ class Intake:
         except SQLAlchemyError as exc:
             raise ServiceUnavailable("the event could not be stored; retry later") from exc
         self._notifier.wake(EventProcessor.name)
+        interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
+        await self._store.postpone_check(job_id, self._clock() + interval)
         return True
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from contracts.errors import CapabilityMissing, CutoverError
 from contracts.job import Job, JobState
@@ -86,6 +86,10 @@ class Poller(Loop):
             log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
             return
+        if snapshot.lost and await self._store.has_unprocessed_events(job.id):
+            # The provider forgot the job because it finished; its events say how.
+            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            return
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return
@@ -104,7 +108,7 @@ class Poller(Loop):
             return None
         return str(make(job, token[1]))
 
-    def _next(self, job: Job, provider: Provider | None):  # type: ignore[no-untyped-def]
+    def _next(self, job: Job, provider: Provider | None) -> datetime:
         now = self._clock()
         if provider is None:
             return now + timedelta(seconds=60)

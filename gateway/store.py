@@ -22,7 +22,7 @@ from contracts.errors import Conflict, NotFound
 from contracts.job import ACTIVE_STATES, Job, JobState, can_transition
 from gateway import outbox
 from gateway.clock import Clock, utcnow
-from gateway.schema import assets, jobs
+from gateway.schema import assets, jobs, provider_events
 
 __all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress"]
 
@@ -304,6 +304,32 @@ class JobStore:
     def set_lease_duration(self, seconds: float) -> None:
         """How long a claim holds a job before another process may take it."""
         self._lease_duration = timedelta(seconds=seconds)
+
+    async def postpone_check(self, job_id: str, until: datetime) -> None:
+        """Push a submitted job's next poll or watchdog probe back to ``until``.
+
+        Called when the provider has just spoken about the job (a webhook arrived), so
+        the watchdog does not probe a job whose events are still being applied.
+        """
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.state.in_(_ACTIVE),
+                    jobs.c.submitted_at.is_not(None),
+                    jobs.c.next_attempt_at < until,
+                )
+                .values(next_attempt_at=until)
+            )
+
+    async def has_unprocessed_events(self, job_id: str) -> bool:
+        """Whether provider events for ``job_id`` are stored but not yet applied."""
+        query = sa.select(provider_events.c.id).where(
+            provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
+        )
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).first() is not None
 
     async def count_in_flight(self, provider: str) -> int:
         """Jobs submitted to ``provider`` and not yet terminal."""

@@ -1,0 +1,38 @@
+"""Provider webhook intake: stored durably before it is acknowledged."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from contracts.job import JobState
+from tests.support.gateway import VERSION, GatewayHarness
+
+
+async def test_event_that_cannot_be_stored_gets_503_and_a_retry_succeeds(
+    gateway: GatewayHarness,
+):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    async with gateway.store.engine.begin() as conn:  # a real fault: the table is gone
+        await conn.execute(sa.text("ALTER TABLE provider_events RENAME TO provider_events_away"))
+    response_status = await gateway.deliver(prediction["id"], JobState.COMPLETED, output="X")
+    assert response_status == 503
+    async with gateway.store.engine.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE provider_events_away RENAME TO provider_events"))
+    assert (await gateway.get(prediction["id"]))["status"] == "starting"
+    assert await gateway.deliver(prediction["id"], JobState.COMPLETED, output="X") == 200
+    done = await gateway.wait_for(prediction["id"], "succeeded")
+    assert done["output"] == "X"
+
+
+async def test_event_is_applied_after_a_restart_when_it_was_stored_but_not_processed(
+    make_gateway,
+):
+    first = await make_gateway()
+    prediction = await first.create({"version": VERSION, "input": {"prompt": "x"}})
+    await first.settle()
+    assert await first.deliver(prediction["id"], JobState.COMPLETED, output="late") == 200
+    # No settle: the process "dies" with the event stored but not applied.
+    second = await make_gateway()
+    done = await second.wait_for(prediction["id"], "succeeded")
+    assert done["output"] == "late"
