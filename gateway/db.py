@@ -45,7 +45,15 @@ def create_engine(database_url: str) -> AsyncEngine:
     if url.drivername == "sqlite+aiosqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        # One connection: SQLite has one writer at a time, and queueing on the pool is
+        # fair and prompt where SQLite's busy handler would sleep and retry.
+        engine = create_async_engine(
+            url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
+            pool_size=1,
+            max_overflow=0,
+            pool_timeout=SQLITE_BUSY_TIMEOUT_S,
+        )
         _configure_sqlite(engine)
         return engine
     if url.drivername == "postgresql+asyncpg":

@@ -29,14 +29,14 @@ def build_adapter(name: str, settings: ProviderSettings) -> Adapter:
         For a kind this build does not know.
     """
     token = settings.webhook_auth_token.get_secret_value() if settings.webhook_auth_token else None
+    extra = {}
+    if settings.fetch_interval_s:
+        extra["fetch_interval_s"] = settings.fetch_interval_s
+    if settings.fetch_max_interval_s:
+        extra["fetch_max_interval_s"] = settings.fetch_max_interval_s
     if settings.kind == "cog":
         from adapters.cog import CogAdapter
 
-        extra = {}
-        if settings.fetch_interval_s:
-            extra["fetch_interval_s"] = settings.fetch_interval_s
-        if settings.fetch_max_interval_s:
-            extra["fetch_max_interval_s"] = settings.fetch_max_interval_s
         return CogAdapter(
             name=name,
             base_url=settings.base_url,
@@ -47,5 +47,5 @@ def build_adapter(name: str, settings: ProviderSettings) -> Adapter:
     if settings.kind == "fake":
         from adapters.fake import FakeAdapter
 
-        return FakeAdapter(name=name)
+        return FakeAdapter(name=name, **extra)
     raise ConfigurationError(f"provider {name!r} has unknown kind {settings.kind!r}")
