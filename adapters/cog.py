@@ -1,54 +1,54 @@
 """Adapter for a self-hosted Cog server (the real server is coglet 0.23.1).
 
-Facts this module relies on (../shared/specs/providers.md §1):
+Facts it relies on (../shared/specs/providers.md §1):
 
-- Submit is ``PUT /predictions/{id}`` with ``Prefer: respond-async`` and the gateway's
-  job id as the prediction id (§1.12 point 1). It answers 202 ``{"id", "status":
-  "starting"}`` (§1.4), 409 when every slot is busy and 503 before setup finished
-  (§1.4, §1.11): both mean "not started, try later" (§1.12 point 2). 422 carries
-  ``{"detail": [{"loc", "msg", "type"}]}`` (§1.3).
-- Statuses: ``starting -> processing -> succeeded | failed | canceled`` (§1.5). The one
-  mapping table is :data:`STATUS_MAP`; a status outside it is kept as ``raw_status`` and
-  treated as ``running`` (non-terminal), so an unexpected word from a newer server can
-  never finish a job by itself: the terminal event or the watchdog decides.
-- Webhooks carry the snapshot ``{"id", "status", "logs", "output"?, "error"?,
-  "metrics"}``; intermediate ``output`` events carry the *array* of outputs so far,
-  the terminal one the final value (§1.5). Cog filters events strictly, so
-  ``completed`` is always in the filter we send (§1.9). Cog signs nothing; the only
-  shared secret is an optional ``Authorization: Bearer $WEBHOOK_AUTH_TOKEN`` (§1.9, §7).
-- There is no ``GET /predictions/{id}`` (405, §1.2). :meth:`CogAdapter.fetch` is the
-  watchdog probe of §1.12 point 3: the same ``PUT`` again.
-- Cancel: 200 ``{}`` when the id is in flight (a request, not an outcome), 404 otherwise
-  (§1.7).
+- Submit: ``PUT /predictions/{job id}``, ``Prefer: respond-async`` (§1.12 point 1) ->
+  202 ``{"id", "status": "starting"}``; 409 (slots busy) and 503 (setup unfinished) mean
+  "not started, try later" (§1.4, §1.11, §1.12 point 2); 422 lists ``{"loc", "msg"}``.
+- Statuses ``starting -> processing -> succeeded | failed | canceled`` (§1.5) map through
+  :data:`STATUS_MAP`. An unknown status is kept as ``raw_status`` and read as ``running``,
+  so an unexpected word can never end a job: a terminal event or the watchdog does.
+- Webhooks carry ``{"id", "status", "logs", "output"?, "error"?, "metrics"}``; ``output``
+  events carry the *array* of outputs so far (§1.5). Cog filters events strictly, so
+  ``completed`` is always in our filter (§1.9). Cog signs nothing; its only secret is an
+  optional ``Authorization: Bearer $WEBHOOK_AUTH_TOKEN`` (§1.9, §7).
+- No ``GET /predictions/{id}`` (405, §1.2): :meth:`CogAdapter.fetch` is the watchdog probe
+  of §1.12 point 3, a ``PUT`` again. Cancel: 200 ``{}`` while in flight (a request, not
+  an outcome), 404 otherwise (§1.7).
 
-What the ``PUT`` probe returns, observed on coglet 0.23.1 (one slot, the echo model in
-``examples/echo``, probes sent with ``Prefer: respond-async``):
+What a ``PUT`` of a known id returns, observed on coglet 0.23.1 (one slot, the echo model
+of ``examples/echo``, ``Prefer: respond-async``, with and without a schema file):
 
-(a) while the prediction runs: 202 with its snapshot, ``input`` included, e.g.
+(a) while the prediction runs: 202 with its snapshot and its *original* ``input``, e.g.
     ``{"id", "input": {...}, "logs": "step 1/4\\n", "metrics": {}, "status":
-    "processing"}``, in about a millisecond. A different input, a missing webhook or a
-    missing ``Prefer`` header in the probe change nothing: the body is ignored, and the
-    webhook given at submit keeps firing.
-(b) while it is in flight but not yet picked up by the worker (it holds the only slot):
-    202 with the same shape and ``"status": "starting"``, ``input`` included. Never 409:
-    the in-flight lookup comes before the capacity check.
-(c) after it finished (the id is forgotten): 202 ``{"id", "status": "starting"}`` with
-    no ``input``, no ``logs``, no ``metrics``; the model **runs again** with the probe's
-    input, and its events go to the probe's webhook. A cancel right after gets 200 and
-    the rerun ends ``canceled`` at once.
+    "processing"}``, in about a millisecond. The probe's body is ignored (another input,
+    even one that is not an object, no webhook, no ``Prefer``): the webhook given at
+    submit keeps firing.
+(b) in flight, not yet picked up by the worker (it holds the only slot): the same shape
+    with ``"status": "starting"``. Never 409 nor 422: the in-flight lookup comes before
+    the capacity check and before input validation.
+(c) after it finished (Cog forgot the id): a new create. With the same input the model
+    **runs again**: 202 ``{"id", "status": "starting"}`` (no ``input``, ``logs`` or
+    ``metrics``), its events going to the probe's webhook. A cancel sent right after that
+    202 got 200 yet was ignored 6 times in 60 (it reaches the worker before ``predict()``
+    starts; 0 in 60 with a 5 ms gap), and the rerun then ran to its end.
 (d) after it finished, while another prediction holds the only slot: 409 ``{"error":
-    "At capacity - all prediction slots busy", "status": "failed"}``, nothing started.
+    "At capacity - all prediction slots busy", "status": "failed"}``; nothing started.
 
-So the probe reads "202 without ``input``" (c) and "409" (d) as *lost*, cancels the rerun
-of (c) at once, and reports ``FAILED`` with ``lost=True``. It sends **no webhook**: a
-rerun's ``start`` and ``canceled`` events would otherwise reach the gateway's intake for
-the job and race the lost verdict with a ``canceled`` nobody asked for. Caveats, also
-observed: concurrent ``PUT``s within milliseconds of a prediction's creation or end
-sometimes got 409 (10 of 160), a window the watchdog, probing long after the submit's 202,
-stays out of; and webhooks are sent concurrently, so a non-terminal event can arrive
-*after* the terminal one (3 times in about 45 predictions). "Lost" means Cog forgot the
-prediction, not that its terminal webhook will never come: Cog may still be retrying it
-(§1.9, about 7 minutes), so the gateway should not finalize "lost" before that window.
+So the probe sends no webhook and :data:`PROBE_INPUT`, a string where Cog wants an object.
+In flight, (a) and (b) are unchanged. Forgotten, the model never runs: an image with a
+schema answers 422 (``loc: ["body", "input", "__root__"]``); one without answers 202 as
+in (c), and that prediction fails in milliseconds at input validation ("Input must be a
+JSON object"), before ``predict()`` (a best-effort cancel follows anyway). The probe reads
+as *lost* (``FAILED``, ``lost=True``): 409, that 422, a 202 without ``input``, and a
+snapshot whose input is :data:`PROBE_INPUT` (the stray of an overlapping probe).
+
+Caveats, also observed: concurrent ``PUT``s within milliseconds of a prediction's creation
+or end sometimes got 409 (10 of 160), a window the watchdog, probing long after the
+submit's 202, stays out of; webhooks are sent concurrently, so a non-terminal event can
+arrive *after* the terminal one (3 times in about 45 predictions); and "lost" means Cog
+forgot the prediction, not that its terminal webhook will never come: Cog may still be
+retrying it (§1.9, about 7 minutes), so the gateway should not finalize "lost" sooner.
 """
 
 from __future__ import annotations
@@ -74,7 +74,14 @@ from contracts.errors import (
 from contracts.job import JobState
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
 
-__all__ = ["EVENTS_FILTER", "LOST_ERROR", "STATUS_MAP", "CogAdapter", "map_status"]
+__all__ = [
+    "EVENTS_FILTER", "LOST_ERROR", "PROBE_INPUT", "STATUS_MAP", "CogAdapter", "map_status"
+]
+
+# Cog retries a terminal webhook 12 times, 0.1 s x 2^n apart capped at 102.4 s, each
+# attempt timing out after 30 s (providers.md §1.9): about 7 minutes in all. A prediction
+# the probe finds forgotten may still be reported within that window.
+TERMINAL_RETRY_WINDOW_S = 480.0
 
 _log = logging.getLogger(__name__)
 
@@ -90,6 +97,10 @@ STATUS_MAP: Mapping[str, JobState] = {
 #: Every event; ``completed`` must stay in it or Cog sends no terminal webhook (§1.9).
 EVENTS_FILTER = ("start", "output", "logs", "completed")
 
+#: Sent by the watchdog probe instead of the job's input: ignored while the prediction
+#: is in flight, refused before ``predict()`` once it is forgotten (see above).
+PROBE_INPUT = "cutover-watchdog-probe"
+
 LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost"
 
 _RESPOND_ASYNC = {"Prefer": "respond-async"}
@@ -98,11 +109,7 @@ _BODY_EXCERPT_CHARS = 200
 
 
 def map_status(raw_status: str) -> JobState:
-    """Canonical state of a Cog status (§1.5); an unknown status is ``RUNNING``.
-
-    Unknown words are deliberately non-terminal: only a known terminal status, or the
-    watchdog's lost verdict, may end a job.
-    """
+    """Canonical state of a Cog status (§1.5); an unknown one is ``RUNNING`` (non-terminal)."""
     return STATUS_MAP.get(raw_status, JobState.RUNNING)
 
 
@@ -121,19 +128,15 @@ class _CogPrediction(BaseModel):
 
     def snapshot(self) -> ProviderSnapshot:
         return ProviderSnapshot(
-            provider_job_id=self.id,
-            state=map_status(self.status),
-            raw_status=self.status,
-            output=self.output,
-            logs=self.logs,
-            error=self.error,
-            metrics=self.metrics or {},
+            provider_job_id=self.id, state=map_status(self.status), raw_status=self.status,
+            output=self.output, logs=self.logs, error=self.error, metrics=self.metrics or {},
         )
 
     @property
-    def created_by_this_request(self) -> bool:
-        """Cog's answer to a PUT that started the model: no ``input`` echoed (case c)."""
-        return self.status == "starting" and "input" not in self.model_fields_set
+    def forgotten(self) -> bool:
+        """This answer to the probe shows that Cog no longer knew the prediction."""
+        created_now = self.status == "starting" and "input" not in self.model_fields_set
+        return created_now or self.input == PROBE_INPUT
 
 
 class CogAdapter:
@@ -167,12 +170,14 @@ class CogAdapter:
         request_timeout_s: float = 30.0,
         fetch_interval_s: float = 30.0,
         fetch_max_interval_s: float = 120.0,
+        lost_grace_s: float = TERMINAL_RETRY_WINDOW_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
             webhooks=True, fetch=True, cancel=True,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
+            lost_grace_s=lost_grace_s,
         )
         self._token = webhook_auth_token
         self._timeout_s = request_timeout_s
@@ -210,18 +215,15 @@ class CogAdapter:
         return _prediction(self.name, response).snapshot()
 
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
-        """Watchdog probe (§1.12 point 3): ``PUT`` the same id and input, no webhook.
+        """Watchdog probe (§1.12 point 3): ``PUT`` the same id, :data:`PROBE_INPUT`, no webhook.
 
-        See the module docstring for what Cog answers in each case. ``ref.input`` should
-        be the job's input: a rerun starts with it, and an image with a schema may answer
-        422 to another.
+        See the module docstring for what Cog answers, and why the job's input is not sent.
 
         Returns
         -------
         ProviderSnapshot
             The in-flight snapshot, mapped as usual; or ``FAILED`` with ``lost=True``
-            when Cog no longer knew the prediction (409, or a 202 that restarted it, in
-            which case the rerun is canceled before returning).
+            when Cog no longer knew the prediction.
 
         Raises
         ------
@@ -231,30 +233,19 @@ class CogAdapter:
             As for :meth:`submit`.
         """
         job_id = ref.provider_job_id
-        response = await self._put(job_id, ref.input, None)
-        if response.status_code == httpx.codes.CONFLICT:
-            # (d): an in-flight id is answered before the capacity check, so ours is gone.
-            return self._lost(job_id)
+        response = await self._put(job_id, PROBE_INPUT, None)
+        code = response.status_code
+        if code == httpx.codes.CONFLICT or (
+            code == httpx.codes.UNPROCESSABLE_ENTITY and _refuses_input(response)
+        ):
+            return self._lost(job_id, "probe refused")  # (d), or (c) with a schema
         _raise_for_status(self.name, "fetch", response)
         prediction = _prediction(self.name, response)
-        if prediction.created_by_this_request:  # (c)
-            await self._cancel_rerun(ref)
-            return self._lost(job_id)
-        return prediction.snapshot()
-
-    async def _cancel_rerun(self, ref: ProviderRef) -> None:
-        where = {"job_id": ref.provider_job_id, "provider": self.name}
-        _log.warning(
-            "the watchdog probe restarted a forgotten prediction; canceling it",
-            extra={"event": "cog.probe_restarted", **where},
-        )
-        try:
+        if not prediction.forgotten:
+            return prediction.snapshot()
+        with contextlib.suppress(CutoverError):  # a safety net: it fails on its own
             await self.cancel(ref)
-        except CutoverError as exc:  # the verdict stands; the stray run is only logged
-            _log.error(
-                "could not cancel the prediction the probe restarted",
-                extra={"event": "cog.probe_cancel_failed", "error": exc.detail, **where},
-            )
+        return self._lost(job_id, "probe created")
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /predictions/{id}/cancel`` (§1.7).
@@ -321,9 +312,7 @@ class CogAdapter:
 
     # --- HTTP -----------------------------------------------------------------------------
 
-    async def _put(
-        self, job_id: str, model_input: dict[str, Any], webhook: str | None
-    ) -> httpx.Response:
+    async def _put(self, job_id: str, model_input: Any, webhook: str | None) -> httpx.Response:
         body: dict[str, Any] = {"id": job_id, "input": model_input}
         if webhook is not None:
             body["webhook"] = webhook
@@ -345,13 +334,15 @@ class CogAdapter:
                 f"{self.name}: {action} {job_id} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _lost(self, job_id: str) -> ProviderSnapshot:
+    def _lost(self, job_id: str, how: str) -> ProviderSnapshot:
+        _log.warning(
+            "Cog no longer knows this prediction",
+            extra={"event": "cog.prediction_lost", "job_id": job_id, "provider": self.name,
+                   "how": how},
+        )
         return ProviderSnapshot(
-            provider_job_id=job_id,
-            state=JobState.FAILED,
-            raw_status="lost",
-            error=LOST_ERROR,
-            lost=True,
+            provider_job_id=job_id, state=JobState.FAILED, raw_status="lost",
+            error=LOST_ERROR, lost=True,
         )
 
 
@@ -384,17 +375,30 @@ def _prediction(name: str, response: httpx.Response) -> _CogPrediction:
         ) from exc
 
 
-def _validation_detail(response: httpx.Response) -> str:
-    """``input.prompt: field required; ...`` from Cog's 422 body (§1.3)."""
+def _detail(response: httpx.Response) -> list[Any] | str | None:
+    """The ``detail`` of Cog's 422 body (§1.3): a list of complaints, or None."""
     try:
         detail = response.json().get("detail")
     except (ValueError, AttributeError):
+        return None
+    return detail if isinstance(detail, list | str) and detail else None
+
+
+def _refuses_input(response: httpx.Response) -> bool:
+    """Whether a 422 names the input itself (``loc: ["body", "input", ...]``)."""
+    detail = _detail(response)
+    return isinstance(detail, list) and any(
+        isinstance(item, Mapping) and list(item.get("loc") or ())[:2] == ["body", "input"]
+        for item in detail
+    )
+
+
+def _validation_detail(response: httpx.Response) -> str:
+    """``input.prompt: Field required; ...`` from Cog's 422 body."""
+    detail = _detail(response)
+    if detail is None:
         return _excerpt(response)
-    if isinstance(detail, str):
-        return detail
-    if not isinstance(detail, list) or not detail:
-        return _excerpt(response)
-    return "; ".join(_describe(item) for item in detail)
+    return detail if isinstance(detail, str) else "; ".join(_describe(i) for i in detail)
 
 
 def _describe(item: Any) -> str:
