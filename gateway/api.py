@@ -7,7 +7,7 @@ without ``/v1`` calls ``/predictions``).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +38,7 @@ __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 _PREFIXES = ("/v1", "")
+MAX_IDEMPOTENCY_KEY_CHARS = 255  # the store's column width
 
 
 def _route(method: str, path: str):  # type: ignore[no-untyped-def]
@@ -55,10 +56,17 @@ def _service(request: web.Request) -> PredictionService:
 
 def _options(request: web.Request) -> CreateOptions:
     settings = request.app[keys.SETTINGS].gateway
+    key = request.headers.get("Idempotency-Key") or None
+    if key is not None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise ContractViolation(
+            f"Idempotency-Key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        )
     return CreateOptions(
-        idempotency_key=request.headers.get("Idempotency-Key") or None,
+        idempotency_key=key,
         wait_s=parse_prefer_wait(request.headers.get("Prefer"), settings.prefer_wait_max_s),
-        cancel_after_s=parse_cancel_after(request.headers.get("Cancel-After")),
+        cancel_after_s=parse_cancel_after(
+            request.headers.get("Cancel-After"), settings.max_job_lifetime_s
+        ),
     )
 
 
@@ -88,6 +96,8 @@ async def _respond_created(
     options = _options(request)
     service = _service(request)
     job, created = await service.create(create, options, target)
+    if created:
+        request.app[keys.METRICS].predictions_created.labels(job.route, job.provider).inc()
     status = None
     if options.wait_s is not None:
         job = await service.wait(job, options.wait_s)
@@ -170,7 +180,10 @@ def _when(request: web.Request, name: str) -> datetime | None:
         raise ContractViolation(f"{name} {value!r} is not an ISO-8601 timestamp") from exc
     if parsed.tzinfo is None:
         raise ContractViolation(f"{name} {value!r} needs a time zone (e.g. Z)")
-    return parsed
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ContractViolation(f"{name} {value!r} is out of range") from exc
 
 
 @_route("GET", "/models/{owner}/{name}")
@@ -248,7 +261,7 @@ async def get_deployment(request: web.Request) -> web.Response:
         "model": route.model,
         "version": route.version or "hidden",
         "created_at": wire.timestamp(request.app[keys.STARTED_AT]),
-        "created_by": {"type": "organization", "username": owner},
+        "created_by": Account(username=owner, name=owner).model_dump(),  # Python needs name
         "configuration": {"hardware": "cutover", "min_instances": 0, "max_instances": 1},
     }
     body = Deployment(owner=owner, name=short, current_release=release)

@@ -74,7 +74,10 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         if exc.status < 400:
             raise
         detail = _http_detail(request, exc)
-        return problem_response(exc.status, _HTTP_TITLES.get(exc.status, exc.reason), detail)
+        response = problem_response(exc.status, _HTTP_TITLES.get(exc.status, exc.reason), detail)
+        if "Allow" in exc.headers:  # a 405 must say what is allowed (RFC 9110 §15.5.6)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except Exception:  # the boundary: never a traceback to the client
         log.exception("unhandled_error", extra={"path": request.path})
         return problem_response(500, "Internal error", "the gateway failed; see its logs")
@@ -118,17 +121,19 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
     PayloadTooLarge
         The body exceeds the configured limit.
     ContractViolation
-        Malformed JSON, not an object, or a field of the wrong type (the detail names
-        each offending field).
+        Malformed JSON (including ``NaN``/``Infinity`` and absurd nesting), not an
+        object, or a field of the wrong type (the detail names each offending field).
     """
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
-        raise PayloadTooLarge(
-            f"the request body is larger than the limit of {exc.max_size} bytes"
-        ) from exc
+        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+        detail = f"the request body is larger than the limit of {limit} bytes"
+        raise PayloadTooLarge(detail) from exc
     try:
-        data = json.loads(raw or b"null")
+        data = json.loads(raw or b"null", parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise ContractViolation("the request body is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -137,6 +142,11 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise ContractViolation(_explain(exc)) from exc
+
+
+def _reject_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259 §6)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _explain(exc: ValidationError) -> str:

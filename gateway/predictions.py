@@ -11,10 +11,12 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from contracts.errors import ContractViolation, NotFound
 from contracts.job import Job
@@ -43,8 +45,8 @@ def parse_prefer_wait(header: str | None, max_s: float) -> float | None:
     """Seconds to hold a create open for ``Prefer: wait[=N]`` (§3.2), or None.
 
     ``wait`` means the maximum (60 s); ``wait=N`` is clamped to [1, max_s]. Other
-    preferences are ignored, and so are malformed ``wait`` values (the spec asks for
-    leniency).
+    preferences are ignored, and malformed ``wait`` values (``wait=abc``, ``wait=nan``)
+    mean the maximum (the spec asks for leniency).
     """
     if not header:
         return None
@@ -58,17 +60,22 @@ def parse_prefer_wait(header: str | None, max_s: float) -> float | None:
             seconds = float(value.strip().strip('"'))
         except ValueError:
             return max_s
+        if math.isnan(seconds):
+            return max_s
         return min(max(seconds, 1.0), max_s)
     return None
 
 
-def parse_cancel_after(header: str | None) -> float | None:
+def parse_cancel_after(header: str | None, max_s: float | None = None) -> float | None:
     """Seconds from ``Cancel-After``: ``30``, ``30s``, ``5m``, ``1h30m45s`` (§3.2).
+
+    ``max_s`` (the gateway's maximum job lifetime) caps the result: no job outlives it,
+    whatever the app asks for.
 
     Raises
     ------
     ContractViolation
-        For any other syntax or a value under 5 s.
+        For any other syntax, a value that is not finite, or a value under 5 s.
     """
     if header is None:
         return None
@@ -83,9 +90,11 @@ def parse_cancel_after(header: str | None) -> float | None:
             ) from None
         hours, minutes, secs = match.groups()
         seconds = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs or 0)
+    if not math.isfinite(seconds):
+        raise ContractViolation(f"Cancel-After {header!r} is not a finite duration")
     if seconds < MIN_CANCEL_AFTER_S:
         raise ContractViolation(f"Cancel-After must be at least {MIN_CANCEL_AFTER_S:.0f} s")
-    return seconds
+    return seconds if max_s is None else min(seconds, max_s)
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,7 @@ class PredictionService:
                 stream=request.stream,
                 idempotency_key=options.idempotency_key,
                 request_hash=fingerprint if options.idempotency_key else None,
+                created_at=now,
             )
         )
         if created:
@@ -210,7 +220,11 @@ class PredictionService:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
     ) -> Page:
-        """One page of predictions, newest first (§2.5); cursors are opaque."""
+        """One page of predictions, newest first (§2.5); cursors are opaque.
+
+        The ``created_after``/``created_before`` filters are carried into the ``next``
+        and ``previous`` URLs, so following them stays inside the filtered set.
+        """
         direction, position = _decode_cursor(cursor) if cursor else ("next", None)
         kwargs: dict[str, Any] = {
             "created_after": created_after,
@@ -227,14 +241,16 @@ class PredictionService:
             more_older = len(found) > PAGE_SIZE
             found = found[:PAGE_SIZE]
             more_newer = position is not None
-        next_url = self._page_url("next", found[-1]) if found and more_older else None
-        prev_url = self._page_url("prev", found[0]) if found and more_newer else None
+        bounds = {"created_after": created_after, "created_before": created_before}
+        filters = {name: wire.timestamp(at) for name, at in bounds.items() if at is not None}
+        next_url = self._page_url("next", found[-1], filters) if found and more_older else None
+        prev_url = self._page_url("prev", found[0], filters) if found and more_newer else None
         return Page(jobs=found, next_url=next_url, previous_url=prev_url)
 
-    def _page_url(self, direction: str, job: Job) -> str:
+    def _page_url(self, direction: str, job: Job, filters: dict[str, str | None]) -> str:
         raw = f"{direction}|{job.created_at.isoformat()}|{job.id}".encode()
         token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-        return f"{self._public_url}/v1/predictions?cursor={token}"
+        return f"{self._public_url}/v1/predictions?{urlencode({'cursor': token, **filters})}"
 
     def prediction(self, job: Job, *, status: str | None = None) -> dict[str, Any]:
         """The wire form of ``job``."""
@@ -245,10 +261,11 @@ def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         direction, at, job_id = raw.split("|")
-        if direction not in {"next", "prev"}:
+        position = datetime.fromisoformat(at)
+        if direction not in {"next", "prev"} or position.tzinfo is None:
             raise ValueError(direction)
-        return direction, (datetime.fromisoformat(at), job_id)
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        return direction, (position.astimezone(UTC), job_id)
+    except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error) as exc:
         raise ContractViolation(f"cursor {cursor!r} is not one this gateway issued") from exc
 
 

@@ -8,7 +8,7 @@ upstream ones), the status is one of five values, timestamps are RFC 3339 UTC wi
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from contracts.job import Job, replicate_status
@@ -18,10 +18,10 @@ __all__ = ["prediction", "prediction_url", "timestamp"]
 
 
 def timestamp(value: datetime | None) -> str | None:
-    """``2024-01-02T03:04:05.678901Z`` for an aware datetime; None stays None."""
+    """``2024-01-02T03:04:05.678901Z`` for an aware datetime, shown in UTC; None stays None."""
     if value is None:
         return None
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def prediction_url(base_url: str, job_id: str) -> str:
