@@ -116,6 +116,7 @@ class Job(BaseModel):
     deadline: datetime | None = None
     cancel_requested_at: datetime | None = None
     cancel_sent_at: datetime | None = None
+    lost_at: datetime | None = None
     webhook: str | None = None
     webhook_events_filter: list[str] | None = None
     attempts: int = 0

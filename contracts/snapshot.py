@@ -105,6 +105,9 @@ class Capabilities(BaseModel):
         watchdog probe, so it starts long.
     fetch_max_interval_s : float
         The ceiling of the exponential fetch backoff.
+    lost_grace_s : float
+        How long after a fetch first reports the job ``lost`` its terminal webhook may
+        still arrive (the provider's own retry window); only then is the job failed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -114,3 +117,4 @@ class Capabilities(BaseModel):
     cancel: bool
     fetch_interval_s: float = 1.0
     fetch_max_interval_s: float = 30.0
+    lost_grace_s: float = 0.0

@@ -26,6 +26,7 @@ from gateway import retry
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
+from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.providers import Provider
 from gateway.store import JobStore, Progress
@@ -57,8 +58,10 @@ class Dispatcher(Loop):
         interval_s: float,
         clock: Clock = utcnow,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
+        self._metrics = metrics
         self._store = store
         self._providers = providers
         self._finalizer = finalizer
@@ -90,16 +93,24 @@ class Dispatcher(Loop):
         try:
             snapshot = await provider.adapter.submit(request)
         except ProviderBusy as exc:
+            self._count(provider, "busy")
             await self._defer(job, "busy", exc.retry_after_s)
             return
         except UpstreamRetryable as exc:
+            self._count(provider, "unreachable")
             log.warning("submit_failed", extra={"job_id": job.id, "error": exc.detail})
             await self._defer(job, "unreachable", None)
             return
         except UpstreamRejected as exc:
+            self._count(provider, "rejected")
             await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
             return
+        self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
+
+    def _count(self, provider: Provider, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.provider_submits.labels(provider.name, outcome).inc()
 
     async def _accepted(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot

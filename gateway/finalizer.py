@@ -15,6 +15,7 @@ from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.assets import AssetError, OutputCopier
+from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.store import JobStore, Outcome
 
@@ -26,10 +27,18 @@ log = logging.getLogger(__name__)
 class Finalizer:
     """Records terminal outcomes exactly once."""
 
-    def __init__(self, *, store: JobStore, copier: OutputCopier, notifier: Notifier) -> None:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        copier: OutputCopier,
+        notifier: Notifier,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._store = store
         self._copier = copier
         self._notifier = notifier
+        self._metrics = metrics
 
     async def finalize(self, job: Job, snapshot: ProviderSnapshot) -> Job:
         """Record ``snapshot`` (terminal) as the outcome of ``job``.
@@ -79,6 +88,11 @@ class Finalizer:
         self._notifier.wake("delivery")
         if done is None:
             return await self._store.get(job.id)
+        if self._metrics is not None:
+            self._metrics.predictions_finished.labels(done.provider, done.state.value).inc()
+            if done.completed_at is not None:
+                seconds = (done.completed_at - done.created_at).total_seconds()
+                self._metrics.prediction_seconds.labels(done.provider).observe(seconds)
         log.info(
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},

@@ -187,6 +187,12 @@ class EventProcessor(Loop):
         if job.state.terminal:
             log.info("late_provider_event", extra={"job_id": job.id, "raw": snapshot.raw_status})
             return
+        if job.provider_job_id is not None and snapshot.provider_job_id != job.provider_job_id:
+            log.warning(
+                "provider_event_for_another_job",
+                extra={"job_id": job.id, "provider": job.provider},
+            )
+            return
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return

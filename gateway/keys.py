@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.config import Settings
 from gateway.intake import Intake
+from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.predictions import PredictionService
 from gateway.providers import Provider
@@ -27,3 +28,4 @@ INTAKE = web.AppKey("intake", Intake)
 STORAGE = web.AppKey("storage", Storage)
 SIGNING_SECRET = web.AppKey("signing_secret", str)
 STARTED_AT = web.AppKey("started_at", datetime)
+METRICS = web.AppKey("metrics", Metrics)

@@ -86,9 +86,11 @@ class Poller(Loop):
             log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
             return
-        if snapshot.lost and await self._store.has_unprocessed_events(job.id):
-            # The provider forgot the job because it finished; its events say how.
+        if snapshot.provider_job_id != job.provider_job_id:
+            log.warning("fetch_for_another_job", extra={"job_id": job.id, "provider": job.provider})
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            return
+        if snapshot.lost and not await self._lost_for_good(job, provider):
             return
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
@@ -100,6 +102,24 @@ class Poller(Loop):
         if updated is not None:
             self._notifier.job_changed(job.id)
         await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+
+    async def _lost_for_good(self, job: Job, provider: Provider) -> bool:
+        """Whether a job the provider no longer knows may be failed now.
+
+        Not while provider events for it wait to be applied (it finished; they say how),
+        nor within the provider's terminal-webhook retry window from the first time it
+        was found missing (``Capabilities.lost_grace_s``); the job is checked again later.
+        """
+        if await self._store.has_unprocessed_events(job.id):
+            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            return False
+        lost_at = job.lost_at or await self._store.mark_lost(job.id)
+        until = lost_at + timedelta(seconds=provider.adapter.capabilities.lost_grace_s)
+        now = self._clock()
+        if now >= until:
+            return True
+        await self._store.release(job.id, next_attempt_at=min(until, self._next(job, provider)))
+        return False
 
     async def _url(self, job: Job) -> str | None:
         make = self._callback_url

@@ -34,6 +34,8 @@ def build_adapter(name: str, settings: ProviderSettings) -> Adapter:
         extra["fetch_interval_s"] = settings.fetch_interval_s
     if settings.fetch_max_interval_s:
         extra["fetch_max_interval_s"] = settings.fetch_max_interval_s
+    if settings.lost_grace_s is not None and settings.kind == "cog":
+        extra["lost_grace_s"] = settings.lost_grace_s
     if settings.kind == "cog":
         from adapters.cog import CogAdapter
 

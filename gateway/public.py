@@ -7,7 +7,9 @@ import mimetypes
 import sqlalchemy as sa
 from aiohttp import web
 
+from contracts.errors import WebhookVerificationError
 from gateway import keys
+from gateway.metrics import CONTENT_TYPE
 from gateway.middleware import json_response, problem_response
 from gateway.schema import assets
 
@@ -40,6 +42,13 @@ async def ready(request: web.Request) -> web.Response:
     return json_response({"status": "ready"})
 
 
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus metrics of this process (:mod:`gateway.metrics`)."""
+    body = request.app[keys.METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
 @routes.get("/assets/{key:.+}")
 async def asset(request: web.Request) -> web.StreamResponse:
     """An output file in owned storage; no token needed (capability URL, §8.4)."""
@@ -62,11 +71,16 @@ async def asset(request: web.Request) -> web.StreamResponse:
 async def provider_webhook(request: web.Request) -> web.Response:
     """A provider's event: verified before parsing, stored once, acknowledged fast."""
     body = await request.read()
-    new = await request.app[keys.INTAKE].receive(
-        request.match_info["provider"],
-        request.match_info["job_id"],
-        request.match_info["token"],
-        request.headers,
-        body,
-    )
+    provider = request.match_info["provider"]
+    counter = request.app[keys.METRICS].provider_webhooks
+    try:
+        new = await request.app[keys.INTAKE].receive(
+            provider, request.match_info["job_id"], request.match_info["token"],
+            request.headers, body,
+        )
+    except WebhookVerificationError:
+        known = provider if provider in request.app[keys.PROVIDERS] else "unknown"
+        counter.labels(known, "refused").inc()
+        raise
+    counter.labels(provider, "stored" if new else "duplicate").inc()
     return json_response({"received": True, "duplicate": not new})

@@ -6,9 +6,11 @@ Each round:
    unsubmitted jobs past their ``Cancel-After`` deadline end ``canceled`` with an error
    naming the deadline (Replicate would say ``aborted``, which 1.x clients cannot read:
    specs/replicate-api.md §4.3);
-2. submitted jobs with a cancel request, or past their deadline, get one provider cancel;
-   the provider's terminal event decides the outcome;
-3. jobs whose provider cancel got no terminal answer within ``cancel_grace_s`` end
+2. submitted jobs with a cancel request, or past their deadline, get a provider cancel,
+   sent again every ``cancel_resend_s`` until a terminal event arrives (Cog may answer 200
+   to a cancel and still miss it: providers.md §1.7); the provider's terminal event
+   decides the outcome;
+3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline) end
    ``canceled``; jobs older than ``max_job_lifetime_s`` (without a deadline of their own)
    are canceled upstream and end ``failed``.
 """
@@ -48,6 +50,7 @@ class Reaper(Loop):
         notifier: Notifier,
         cancel_grace_s: float,
         max_job_lifetime_s: float,
+        cancel_resend_s: float = 2.0,
         interval_s: float,
         batch: int = 64,
         clock: Clock = utcnow,
@@ -57,6 +60,7 @@ class Reaper(Loop):
         self._providers = providers
         self._finalizer = finalizer
         self._grace = timedelta(seconds=cancel_grace_s)
+        self._resend = timedelta(seconds=cancel_resend_s)
         self._lifetime = timedelta(seconds=max_job_lifetime_s)
         self._batch = batch
         self._clock = clock
@@ -66,12 +70,12 @@ class Reaper(Loop):
         for job in await self._store.unsubmitted_to_cancel(self._batch):
             await self._finalizer.finish_here(job, JobState.CANCELED, _why_unsubmitted(job))
             handled += 1
-        for job in await self._store.submitted_to_cancel(self._batch):
+        now = self._clock()
+        for job in await self._store.submitted_to_cancel(now - self._resend, self._batch):
             await self._cancel_upstream(job)
             handled += 1
-        now = self._clock()
         overdue = await self._store.overdue(
-            cancel_sent_before=now - self._grace,
+            cancel_before=now - self._grace,
             created_before=now - self._lifetime,
             limit=self._batch,
         )
@@ -90,12 +94,12 @@ class Reaper(Loop):
         await self._store.mark_cancel_sent(job.id)
 
     async def _expire(self, job: Job) -> None:
-        if job.cancel_sent_at is not None:
-            why = (
-                f"the prediction passed its deadline ({timestamp(job.deadline)})"
-                if job.cancel_requested_at is None and job.deadline is not None
-                else None
-            )
+        now = self._clock()
+        if job.cancel_requested_at is not None:
+            await self._finalizer.finish_here(job, JobState.CANCELED, None)
+            return
+        if job.deadline is not None and job.deadline <= now:
+            why = f"the prediction passed its deadline ({timestamp(job.deadline)})"
             await self._finalizer.finish_here(job, JobState.CANCELED, why)
             return
         await self._cancel_upstream(job)

@@ -79,6 +79,7 @@ jobs = sa.Table(
     sa.Column("deadline", UTCDateTime),
     sa.Column("cancel_requested_at", UTCDateTime),
     sa.Column("cancel_sent_at", UTCDateTime),
+    sa.Column("lost_at", UTCDateTime),
     sa.Column("webhook", sa.Text),
     sa.Column("webhook_events_filter", sa.JSON),
     sa.Column("idempotency_key", sa.String(255), unique=True),

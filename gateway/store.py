@@ -48,6 +48,7 @@ class NewJob:
     stream: bool = False
     idempotency_key: str | None = None
     request_hash: str | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class JobStore:
         Conflict
             The key was used for a different request body.
         """
-        now = self._clock()
+        now = new.created_at or self._clock()
         values = {
             **new.__dict__,
             "state": JobState.CREATING.value,
@@ -261,6 +262,7 @@ class JobStore:
                 jobs.c.state.in_(_UNSUBMITTED),
                 jobs.c.submitted_at.is_(None),
                 jobs.c.cancel_requested_at.is_(None),
+                sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
                 sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
                 sa.or_(jobs.c.leased_until.is_(None), jobs.c.leased_until < now),
             )
@@ -322,6 +324,19 @@ class JobStore:
                 )
                 .values(next_attempt_at=until)
             )
+
+    async def mark_lost(self, job_id: str) -> datetime:
+        """Record when the provider was first found not to know the job; return that time."""
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.lost_at.is_(None))
+                .values(lost_at=now, updated_at=now)
+            )
+            return (
+                await conn.execute(sa.select(jobs.c.lost_at).where(jobs.c.id == job_id))
+            ).scalar_one()
 
     async def has_unprocessed_events(self, job_id: str) -> bool:
         """Whether provider events for ``job_id`` are stored but not yet applied."""
@@ -515,7 +530,7 @@ class JobStore:
                     jobs.c.state.in_(_ACTIVE),
                     jobs.c.cancel_requested_at.is_(None),
                 )
-                .values(cancel_requested_at=now, updated_at=now, next_attempt_at=now)
+                .values(cancel_requested_at=now, updated_at=now)
             )
         return await self.get(job_id)
 
@@ -543,16 +558,22 @@ class JobStore:
         async with self._engine.connect() as conn:
             return [_job(row) for row in await conn.execute(query)]
 
-    async def submitted_to_cancel(self, limit: int) -> list[Job]:
-        """Submitted active jobs whose cancel (request or deadline) was not yet sent."""
+    async def submitted_to_cancel(self, resend_before: datetime, limit: int) -> list[Job]:
+        """Submitted active jobs that need a provider cancel (again).
+
+        A cancel is due when one was requested or the deadline passed, and none was sent
+        yet or the last one went out before ``resend_before`` without a terminal event
+        following (a provider may acknowledge a cancel and still miss it: providers.md
+        §1.7).
+        """
         now = self._clock()
         query = (
             sa.select(jobs)
             .where(
                 jobs.c.state.in_(_ACTIVE),
                 jobs.c.submitted_at.is_not(None),
-                jobs.c.cancel_sent_at.is_(None),
                 sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
+                sa.or_(jobs.c.cancel_sent_at.is_(None), jobs.c.cancel_sent_at <= resend_before),
             )
             .limit(limit)
         )
@@ -560,20 +581,21 @@ class JobStore:
             return [_job(row) for row in await conn.execute(query)]
 
     async def overdue(
-        self, *, cancel_sent_before: datetime, created_before: datetime, limit: int
+        self, *, cancel_before: datetime, created_before: datetime, limit: int
     ) -> list[Job]:
-        """Active jobs whose provider cancel got no answer in time, or past their life.
+        """Active jobs the gateway must end itself.
 
-        ``cancel_sent_before``: the cancel was sent earlier than this and no terminal
-        event followed. ``created_before``: the job has no deadline of its own and was
-        created earlier than this (the gateway's maximum job lifetime).
+        ``cancel_before``: a cancel was requested, or the deadline passed, before this
+        time and no terminal event followed. ``created_before``: a job without a deadline
+        of its own created before this (the gateway's maximum job lifetime).
         """
         query = (
             sa.select(jobs)
             .where(
                 jobs.c.state.in_(_ACTIVE),
                 sa.or_(
-                    jobs.c.cancel_sent_at <= cancel_sent_before,
+                    jobs.c.cancel_requested_at <= cancel_before,
+                    jobs.c.deadline <= cancel_before,
                     sa.and_(jobs.c.deadline.is_(None), jobs.c.created_at <= created_before),
                 ),
             )

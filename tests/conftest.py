@@ -6,7 +6,7 @@ it); ``gateway`` is an in-process app with a fake provider on that backend.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,14 @@ from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings
-from tests.support.databases import BACKENDS, database_url_for
+from tests.support.databases import (
+    BACKENDS,
+    database_url_for,
+    migrate,
+    reset_database,
+    run_sync,
+    sync_database,
+)
 from tests.support.fixtures import cog_server, https_cog, tls  # noqa: F401 (shared fixtures)
 from tests.support.gateway import GatewayHarness, settings_dict
 
@@ -25,10 +32,26 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-async def database_url(backend: str, tmp_path: Path) -> AsyncIterator[str]:
-    async with database_url_for(backend, tmp_path) as url:
+@pytest.fixture(scope="session")
+def shared_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One migrated PostgreSQL database for the session; tests empty it before use."""
+    with sync_database("postgres", tmp_path_factory.mktemp("pg")) as url:
+        run_sync(migrate(url))
         yield url
+
+
+@pytest.fixture
+async def database_url(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """A database with no rows: a SQLite file, or the session's emptied PostgreSQL one."""
+    if backend == "sqlite":
+        async with database_url_for(backend, tmp_path) as url:
+            yield url
+        return
+    url = request.getfixturevalue("shared_postgres")
+    await reset_database(url)
+    yield url
 
 
 @pytest.fixture

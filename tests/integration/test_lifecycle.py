@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from contracts.job import JobState
 from gateway.app import LOOPS
+from gateway.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 
 
@@ -78,3 +80,80 @@ async def test_second_terminal_webhook_changes_nothing(gateway: GatewayHarness):
     await gateway.settle()
     again = await gateway.get(prediction["id"])
     assert again["status"] == "succeeded" and again["output"] == "first"
+
+
+def loop_named(gateway: GatewayHarness, name: str):  # type: ignore[no-untyped-def]
+    return next(loop for loop in gateway.app[LOOPS] if loop.name == name)
+
+
+async def make_due(gateway: GatewayHarness, job_id: str, *columns: str) -> None:
+    """Move a job's timers into the past (instead of sleeping through them)."""
+    past = (await gateway.store.get(job_id)).created_at - timedelta(hours=1)
+    async with gateway.store.engine.begin() as conn:
+        await conn.execute(
+            jobs.update().where(jobs.c.id == job_id).values(**dict.fromkeys(columns, past))
+        )
+
+
+async def test_lost_job_waits_out_the_providers_retry_window_for_its_webhook(
+    gateway: GatewayHarness,
+):
+    gateway.fake.capabilities = gateway.fake.capabilities.model_copy(
+        update={"lost_grace_s": 3600.0}
+    )
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    gateway.fake.forget(prediction["id"])  # finished upstream, then forgotten
+    await make_due(gateway, prediction["id"], "next_attempt_at")
+    assert await loop_named(gateway, "poller").run_once() == 1
+    job = await gateway.store.get(prediction["id"])
+    assert job.state is JobState.QUEUED and job.lost_at is not None
+    assert await gateway.deliver(prediction["id"], JobState.COMPLETED, output="late") == 200
+    done = await gateway.wait_for(prediction["id"], "succeeded")
+    assert done["output"] == "late"
+
+
+async def test_lost_job_fails_once_the_retry_window_has_passed(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    gateway.fake.forget(prediction["id"])
+    await make_due(gateway, prediction["id"], "next_attempt_at")
+    done = await gateway.wait_for(prediction["id"], "failed")
+    assert "does not know" in done["error"]
+
+
+async def test_cancel_is_sent_again_until_the_provider_reports_the_end(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    reaper = loop_named(gateway, "reaper")
+    response = await gateway.client.post(
+        f"/v1/predictions/{prediction['id']}/cancel", headers=gateway.headers
+    )
+    assert response.status == 200
+    await reaper.run_once()
+    await reaper.run_once()  # not due again yet
+    provider_id = gateway.fake.provider_job_id(prediction["id"])
+    assert gateway.fake.cancel_calls == [provider_id]
+    await make_due(gateway, prediction["id"], "cancel_sent_at")
+    await reaper.run_once()
+    assert gateway.fake.cancel_calls == [provider_id, provider_id]
+    assert await gateway.deliver(prediction["id"], JobState.CANCELED) == 200
+    await gateway.wait_for(prediction["id"], "canceled")
+    await make_due(gateway, prediction["id"], "cancel_sent_at")
+    await reaper.run_once()
+    assert gateway.fake.cancel_calls == [provider_id, provider_id]
+
+
+async def test_metrics_count_predictions_submits_webhooks_and_outcomes(gateway: GatewayHarness):
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    await gateway.deliver(prediction["id"], JobState.COMPLETED, output="X")
+    await gateway.wait_for(prediction["id"], "succeeded")
+    response = await gateway.client.get("/metrics")  # no token needed
+    assert response.status == 200
+    text = await response.text()
+    route = f"acme/echo:{VERSION}"
+    assert f'cutover_predictions_created_total{{provider="fake",route="{route}"}} 1.0' in text
+    assert 'cutover_provider_submits_total{outcome="accepted",provider="fake"} 1.0' in text
+    assert 'cutover_provider_webhooks_total{outcome="stored",provider="fake"} 1.0' in text
+    assert 'cutover_predictions_finished_total{provider="fake",state="completed"} 1.0' in text

@@ -53,8 +53,17 @@ def live(
 
 
 @pytest.fixture
-def client(live: LiveGateway) -> replicate.Client:
-    return replicate.Client(api_token=LIVE_TOKEN, base_url=live.url)
+def client(live: LiveGateway) -> Iterator[replicate.Client]:
+    made = replicate.Client(api_token=LIVE_TOKEN, base_url=live.url)
+    yield made
+    close_client(made)
+
+
+def close_client(client: replicate.Client) -> None:
+    """Close the client's pooled connections (it has no close() of its own)."""
+    http = client._Client__client  # type: ignore[attr-defined]
+    if http is not None:
+        http.close()
 
 
 def until(predicate, timeout_s: float = 30.0, interval_s: float = 0.1):  # type: ignore[no-untyped-def]
@@ -96,7 +105,13 @@ def test_several_file_outputs_keep_their_bytes(client: replicate.Client):
 
 
 def test_async_run(client: replicate.Client):
-    assert asyncio.run(client.async_run(REF, input={"prompt": "async"})) == "ASYNC"
+    async def run() -> object:
+        try:
+            return await client.async_run(REF, input={"prompt": "async"})
+        finally:
+            await client._async_client.aclose()
+
+    assert asyncio.run(run()) == "ASYNC"
 
 
 def test_create_then_wait_fills_every_field(client: replicate.Client, live: LiveGateway):
@@ -171,6 +186,8 @@ def test_unknown_prediction_and_bad_token_are_client_errors(live: LiveGateway, c
     with pytest.raises(ReplicateError) as missing:
         client.predictions.get("doesnotexist0000000000000a")
     assert missing.value.status == 404
+    wrong = replicate.Client(api_token="r8_wrong", base_url=live.url)
     with pytest.raises(ReplicateError) as denied:
-        replicate.Client(api_token="r8_wrong", base_url=live.url).predictions.list()
+        wrong.predictions.list()
+    close_client(wrong)
     assert denied.value.status == 401

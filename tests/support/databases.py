@@ -1,8 +1,11 @@
-"""Throwaway databases for tests: a SQLite file, or a fresh PostgreSQL database.
+"""Databases for tests: SQLite files and PostgreSQL databases made for the test run.
 
 PostgreSQL is the machine's server on 127.0.0.1:5432 (trust auth, user ``postgres``);
-``CUTOVER_TEST_PG_URL`` overrides the admin URL. Each test gets its own database,
-created from nothing and dropped afterwards, so tests never see each other's rows.
+``CUTOVER_TEST_PG_URL`` overrides the admin URL. :func:`database_url_for` and
+:func:`sync_database` create a database from nothing and drop it afterwards (used where
+processes of their own share it); in-process tests share one migrated database per
+session that :func:`reset_database` empties before each test (``tests/conftest.py``), so
+tests never see each other's rows.
 """
 
 from __future__ import annotations
@@ -10,16 +13,35 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import asyncpg
 
-__all__ = ["BACKENDS", "PG_ADMIN_DSN", "database_url_for", "sync_database"]
+T = TypeVar("T")
+
+__all__ = [
+    "BACKENDS",
+    "PG_ADMIN_DSN",
+    "database_url_for",
+    "migrate",
+    "reset_database",
+    "run_sync",
+    "sync_database",
+]
 
 PG_ADMIN_DSN = os.environ.get("CUTOVER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = [b for b in os.environ.get("CUTOVER_TEST_BACKENDS", "sqlite,postgres").split(",") if b]
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, even inside a running loop
+    (pytest may set up a sync fixture from an async one): on a fresh thread."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _admin(statement: str) -> None:
@@ -49,6 +71,29 @@ async def database_url_for(backend: str, tmp_path: Path) -> AsyncIterator[str]:
         await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def reset_database(url: str) -> None:
+    """Empty every table of a migrated PostgreSQL database (keeps the schema)."""
+    from gateway.schema import metadata
+
+    names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
+    connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await connection.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
+    finally:
+        await connection.close()
+
+
+async def migrate(url: str) -> None:
+    """Apply the gateway's migrations to ``url``."""
+    from gateway import db
+
+    engine = db.create_engine(url)
+    try:
+        await db.migrate(engine)
+    finally:
+        await engine.dispose()
+
+
 @contextmanager
 def sync_database(backend: str, tmp_path: Path) -> Iterator[str]:
     """:func:`database_url_for` for synchronous fixtures."""
@@ -56,8 +101,8 @@ def sync_database(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite+aiosqlite:///{tmp_path / 'cutover.db'}"
         return
     name = f"cutover_test_{secrets.token_hex(6)}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    run_sync(_admin(f'CREATE DATABASE "{name}"'))
     try:
         yield _pg_url(name)
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

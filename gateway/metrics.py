@@ -1,0 +1,62 @@
+"""Prometheus metrics of one gateway process, served at ``GET /metrics``.
+
+Each app has its own registry (no module-level state), so several apps in one process
+(tests) do not collide. Label values are bounded: route keys, provider names, states and
+outcomes from fixed sets; never prediction ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    """The counters the gateway keeps; ``render()`` gives the exposition text."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.predictions_created = Counter(
+            "cutover_predictions_created",
+            "Predictions stored, by route and provider.",
+            ["route", "provider"],
+            registry=self.registry,
+        )
+        self.predictions_finished = Counter(
+            "cutover_predictions_finished",
+            "Predictions that reached a terminal state, by provider and state.",
+            ["provider", "state"],
+            registry=self.registry,
+        )
+        self.provider_submits = Counter(
+            "cutover_provider_submits",
+            "Submit attempts to providers, by outcome (accepted, busy, unreachable, rejected).",
+            ["provider", "outcome"],
+            registry=self.registry,
+        )
+        self.provider_webhooks = Counter(
+            "cutover_provider_webhooks",
+            "Provider webhooks received, by outcome (stored, duplicate, refused).",
+            ["provider", "outcome"],
+            registry=self.registry,
+        )
+        self.webhook_deliveries = Counter(
+            "cutover_webhook_deliveries",
+            "Outbound webhook delivery attempts to apps, by event and outcome.",
+            ["event", "outcome"],
+            registry=self.registry,
+        )
+        self.prediction_seconds = Histogram(
+            "cutover_prediction_duration_seconds",
+            "From creation to terminal state, by provider.",
+            ["provider"],
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800),
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
