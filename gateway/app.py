@@ -2,8 +2,10 @@
 
 Each resource lives in its own cleanup context, created at start-up and closed at
 shutdown in reverse order (STYLE.md rules 7, 8): the database engine (migrations applied
-at start), the provider adapters, the HTTP client for output files, then the background
-loops (dispatcher, poller, reaper, provider-event processor, webhook delivery).
+at start), the provider adapters, the HTTP client for output files, the SSRF-guarded
+HTTP client for outbound webhooks, then the background loops (dispatcher, poller, reaper,
+provider-event processor, webhook delivery). The admin API is a sub-application under
+``/admin`` with its own tokens (:mod:`gateway.admin`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import httpx
 import sqlalchemy as sa
 from aiohttp import web
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway import api, db, keys, public, retry, signing, ssrf
+from gateway import api, db, delivery, keys, public, retry, signing, ssrf
+from gateway.admin import create_admin_app
 from gateway.assets import OutputCopier
 from gateway.clock import utcnow
 from gateway.config import Settings
@@ -30,6 +34,7 @@ from gateway.dispatcher import Dispatcher, callback_url
 from gateway.finalizer import Finalizer
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop
+from gateway.metrics import Metrics
 from gateway.middleware import auth_middleware, problem_middleware
 from gateway.notify import Notifier
 from gateway.outbox import Planner
@@ -42,11 +47,13 @@ from gateway.schema import secrets
 from gateway.storage import open_storage
 from gateway.store import JobStore
 
-__all__ = ["LOOPS", "create_app", "signing_secret"]
+__all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "signing_secret"]
 
 log = logging.getLogger(__name__)
 LOOPS = web.AppKey("loops", list[Loop])
 OWNER = web.AppKey("owner", str)
+WEBHOOK_POLICY = web.AppKey("webhook_policy", ssrf.WebhookTargetPolicy)
+_WEBHOOK_HTTP = web.AppKey("webhook_http", aiohttp.ClientSession)
 SHUTDOWN_GRACE_S = 5.0
 SIGNING_SECRET_NAME = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
@@ -55,7 +62,9 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     """The gateway application for ``settings`` (no I/O until it starts).
 
     ``run_loops=False`` leaves the background loops unstarted; tests then drive them
-    with ``run_once()`` (they are under ``app[LOOPS]``).
+    with ``run_once()`` (they are under ``app[LOOPS]``). ``app[WEBHOOK_POLICY]`` (the
+    SSRF guard for webhook targets, checked at create and at delivery) may be replaced
+    before the app starts, e.g. with a stub resolver.
     """
     gw = settings.gateway
     app = web.Application(
@@ -68,14 +77,20 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app[keys.SETTINGS] = settings
     app[keys.STARTED_AT] = utcnow()
     app[keys.NOTIFIER] = Notifier()
+    app[keys.METRICS] = Metrics()
     app[keys.ROUTER] = Router(settings.routes)
     app[keys.STORAGE] = open_storage(gw.storage_url)
+    app[WEBHOOK_POLICY] = ssrf.WebhookTargetPolicy(settings.webhooks.allow_hosts)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_providers)
     app.cleanup_ctx.append(_services)
+    app.cleanup_ctx.append(_webhook_http)
     app.cleanup_ctx.append(_loops(run_loops))
     app.add_routes(public.routes)
     app.add_routes(api.routes)
+    app.add_subapp(
+        "/admin", create_admin_app(t.get_secret_value() for t in settings.admin.tokens)
+    )
     return app
 
 
@@ -153,17 +168,28 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             max_output_bytes=gw.max_output_bytes,
             allowed_types=gw.allowed_output_types,
         )
-        app[_FINALIZER] = Finalizer(store=store, copier=copier, notifier=app[keys.NOTIFIER])
+        app[_FINALIZER] = Finalizer(
+            store=store, copier=copier, notifier=app[keys.NOTIFIER], metrics=app[keys.METRICS]
+        )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
             router=app[keys.ROUTER],
             notifier=app[keys.NOTIFIER],
-            webhook_policy=ssrf.WebhookTargetPolicy(settings.webhooks.allow_hosts),
+            webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
         )
         app[keys.INTAKE] = Intake(
             store=store, providers=app[keys.PROVIDERS], notifier=app[keys.NOTIFIER]
         )
+        yield
+
+
+async def _webhook_http(app: web.Application) -> AsyncIterator[None]:
+    hooks = app[keys.SETTINGS].webhooks
+    async with delivery.open_session(
+        app[WEBHOOK_POLICY], timeout_s=hooks.timeout_s, max_concurrency=hooks.max_concurrency
+    ) as session:
+        app[_WEBHOOK_HTTP] = session
         yield
 
 
@@ -183,6 +209,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         Dispatcher(
             **common,
             callback_base_url=base,
+            metrics=app[keys.METRICS],
             backoff=retry.Backoff(
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
             ),
@@ -192,9 +219,31 @@ def build_loops(app: web.Application) -> list[Loop]:
         Reaper(
             **common,
             cancel_grace_s=gw.cancel_grace_s,
+            cancel_resend_s=gw.cancel_resend_s,
             max_job_lifetime_s=gw.max_job_lifetime_s,
         ),
+        _delivery(app),
     ]
+
+
+def _delivery(app: web.Application) -> delivery.Delivery:
+    settings = app[keys.SETTINGS]
+    hooks = settings.webhooks
+    return delivery.Delivery(
+        engine=app[keys.ENGINE],
+        http=app[_WEBHOOK_HTTP],
+        signer=delivery.signer_for(app[keys.SIGNING_SECRET], hooks),
+        schedule=retry.Schedule(
+            tuple(hooks.retry_delays_s),
+            jitter_ratio=hooks.retry_jitter_ratio,
+            max_retry_after_s=hooks.max_retry_after_s,
+        ),
+        notifier=app[keys.NOTIFIER],
+        owner=app[OWNER],
+        lease_s=settings.gateway.lease_s + hooks.timeout_s,
+        max_concurrency=hooks.max_concurrency,
+        interval_s=settings.gateway.loop_interval_s,
+    )
 
 
 def _loops(run: bool):  # type: ignore[no-untyped-def]

@@ -3,12 +3,20 @@
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
 ``cutover check --config FILE``  validate the configuration and print a summary
+``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
+``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
+``cutover webhooks replay ID | --since T [--until T]``  send dead events again
+
+The ``webhooks`` commands work directly on the configured database (``--config``), so
+they also work while no gateway runs; a running gateway sends replayed events within
+its loop interval. Times are ISO 8601 (``2026-05-01T12:00:00Z``; no zone means UTC).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import ssl
 import sys
@@ -16,11 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
 
-from contracts.errors import ConfigurationError
+from contracts.errors import ConfigurationError, CutoverError
 from gateway import db, logs
 from gateway.app import create_app
+from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
+from gateway.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
 
 __all__ = ["main"]
 
@@ -33,23 +44,46 @@ def _parser() -> argparse.ArgumentParser:
         ("migrate", "apply database migrations and exit"),
         ("check", "validate the configuration"),
     ):
-        command = sub.add_parser(name, help=text)
-        command.add_argument(
-            "--config",
-            type=Path,
-            default=os.environ.get("CUTOVER_CONFIG"),
-            help="TOML configuration file (default: $CUTOVER_CONFIG)",
-        )
-        command.add_argument("--log-level", default="INFO")
+        _common(sub.add_parser(name, help=text))
+    hooks = sub.add_parser("webhooks", help="dead-lettered outbound webhooks")
+    actions = hooks.add_subparsers(dest="action", required=True)
+    listing = _common(actions.add_parser("list-dead", help="list dead-lettered events"))
+    listing.add_argument("--since", help="created at or after this time (ISO 8601)")
+    listing.add_argument("--until", help="created before this time (ISO 8601)")
+    listing.add_argument("--limit", type=int, default=DEFAULT_LIMIT)
+    show = _common(actions.add_parser("show", help="one event, with its payload"))
+    show.add_argument("id", help="outbox id or msg_ webhook id")
+    replay = _common(actions.add_parser("replay", help="send dead events again"))
+    replay.add_argument("id", nargs="?", help="outbox id or msg_ webhook id")
+    replay.add_argument("--since", help="replay dead events created at or after this time")
+    replay.add_argument("--until", help="... and before this time (default: now)")
     return parser
+
+
+def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    command.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("CUTOVER_CONFIG"),
+        help="TOML configuration file (default: $CUTOVER_CONFIG)",
+    )
+    command.add_argument("--log-level", default="INFO")
+    return command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cutover`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (
+        args.since is None
+    ):
+        parser.error("webhooks replay takes an ID or --since (not both)")
     logs.configure(args.log_level)
     try:
         settings = load_settings(args.config)
+        if args.command == "webhooks":
+            return asyncio.run(_webhooks(settings, args))
         if args.command == "check":
             return _check(settings)
         if args.command == "migrate":
@@ -80,6 +114,68 @@ async def _migrate(settings: Settings) -> None:
         await db.migrate(engine)
     finally:
         await engine.dispose()
+
+
+async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
+    engine = db.create_engine(settings.gateway.database_url)
+    letters = DeadLetters(engine)
+    try:
+        if args.action == "list-dead":
+            found = await letters.list_dead(
+                since=parse_time(args.since, "--since") if args.since else None,
+                until=parse_time(args.until, "--until") if args.until else None,
+                limit=args.limit,
+            )
+            print(_table(found) if found else "no dead-lettered webhook events")
+        elif args.action == "show":
+            print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
+        elif args.id is not None:
+            letter = await letters.replay(args.id)
+            print(f"replayed event {letter.id} ({letter.msg_id}) to {letter.url}")
+        else:
+            since = parse_time(args.since, "--since")
+            until = parse_time(args.until, "--until") if args.until else None
+            ids = await letters.replay_range(since=since, until=until or utcnow())
+            print(f"replayed {len(ids)} event(s): {' '.join(map(str, ids)) or '-'}")
+        return 0
+    except CutoverError as exc:
+        print(f"cutover: {exc.detail}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as exc:
+        why = f"cannot read the outbox ({type(exc).__name__})"
+        print(f"cutover: {why}; is the database up and migrated?", file=sys.stderr)
+        return 1
+    finally:
+        await engine.dispose()
+
+
+_HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
+
+
+def _table(letters: Sequence[Letter]) -> str:
+    """Dead events as an aligned text table (errors cut at 60 characters)."""
+    rows = [
+        (
+            str(x.id),
+            x.msg_id,
+            x.prediction_id,
+            x.event,
+            str(x.attempts),
+            str(x.last_status_code or "-"),
+            x.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _cut(x.last_error or "", 60),
+        )
+        for x in letters
+    ]
+    widths = [max(len(r[i]) for r in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in [_HEADINGS, *rows]
+    )
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _serve(settings: Settings) -> int:

@@ -9,6 +9,7 @@ between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -65,6 +67,7 @@ class GatewaySettings(_Section):
     dispatch_backoff_base_s: float = Field(default=0.2, gt=0)
     dispatch_backoff_max_s: float = Field(default=5.0, gt=0)
     cancel_grace_s: float = Field(default=30.0, gt=0)
+    cancel_resend_s: float = Field(default=2.0, gt=0)
 
     @field_validator("listen")
     @classmethod
@@ -105,7 +108,14 @@ class GatewaySettings(_Section):
 
 
 class WebhookSettings(_Section):
-    """``[webhooks]``: outbound webhooks to apps (specs/replicate-api.md §6)."""
+    """``[webhooks]``: outbound webhooks to apps (specs/replicate-api.md §6, docs/webhooks.md).
+
+    ``retry_delays_s[i]`` is the wait after failed attempt ``i + 1`` of a ``completed``
+    event (each scaled by a random factor within ``1 ± retry_jitter_ratio``); a receiver's
+    ``Retry-After`` is honoured up to ``max_retry_after_s``. ``timeout_s`` bounds one
+    whole attempt. ``previous_signing_secret`` is also signed with until
+    ``previous_valid_until`` (timezone-aware), for a rotation overlap.
+    """
 
     allow_hosts: list[str] = Field(default_factory=list)
     signing_secret: SecretStr | None = None
@@ -114,9 +124,26 @@ class WebhookSettings(_Section):
     retry_delays_s: list[float] = Field(
         default_factory=lambda: [1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0]
     )
+    retry_jitter_ratio: float = Field(default=0.1, ge=0, lt=1)
+    max_retry_after_s: float = Field(default=300.0, ge=0)
     timeout_s: float = Field(default=10.0, gt=0)
     throttle_s: float = Field(default=0.5, ge=0)
     max_concurrency: int = Field(default=16, gt=0)
+
+    @field_validator("retry_delays_s")
+    @classmethod
+    def _finite_delays(cls, value: list[float]) -> list[float]:
+        if any(not math.isfinite(d) or d < 0 for d in value):
+            raise ValueError("retry delays must be finite and >= 0 seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _rotation(self) -> WebhookSettings:
+        if (self.previous_signing_secret is None) != (self.previous_valid_until is None):
+            raise ValueError("previous_signing_secret and previous_valid_until go together")
+        if self.previous_valid_until is not None and self.previous_valid_until.tzinfo is None:
+            raise ValueError("previous_valid_until needs a time zone (e.g. 2026-06-01T00:00:00Z)")
+        return self
 
 
 class ProviderSettings(_Section):
@@ -129,6 +156,7 @@ class ProviderSettings(_Section):
     request_timeout_s: float = Field(default=30.0, gt=0)
     fetch_interval_s: float | None = Field(default=None, gt=0)
     fetch_max_interval_s: float | None = Field(default=None, gt=0)
+    lost_grace_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _needs_url(self) -> ProviderSettings:
@@ -214,7 +242,27 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+        return (
+            init_settings,
+            _SectionsFromEnv(settings_cls, env_settings),
+            TomlConfigSettingsSource(settings_cls),
+        )
+
+
+class _SectionsFromEnv(PydanticBaseSettingsSource):
+    """The ``CUTOVER_*`` environment, minus whole-section variables that are not JSON
+    objects or arrays: ``CUTOVER_WEBHOOKS=1`` is a flag of the acceptance suite (and of
+    other tools), not a ``[webhooks]`` table, and must not stop the gateway."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self._env = env
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._env.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._env().items() if isinstance(v, dict | list)}
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> Settings:

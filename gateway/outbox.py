@@ -46,8 +46,15 @@ def new_msg_id() -> str:
 
 
 def events_for(old: Job | None, new: Job) -> list[str]:
-    """The events the transition ``old -> new`` causes, before the app's filter."""
+    """The events the transition ``old -> new`` causes, before the app's filter.
+
+    A terminal transition that brings new output also counts as ``output``: with a filter
+    of ``["output"]``, a model whose output only appears at the end still sends one
+    webhook, with ``status: "succeeded"`` (§6.2).
+    """
     if new.state.terminal:
+        if old is not None and new.output is not None and new.output != old.output:
+            return ["completed", "output"]
         return ["completed"]
     events = []
     if new.state is JobState.RUNNING and (old is None or old.state is not JobState.RUNNING):
@@ -83,7 +90,7 @@ class Planner:
         if not events:
             return 0
         payload = signing.compact_json(wire.prediction(new, self._base_url).wire()).decode()
-        if events == ["completed"]:
+        if "completed" in events:
             await conn.execute(
                 outbox.update()
                 .where(outbox.c.job_id == new.id, outbox.c.status == PENDING)

@@ -1,0 +1,137 @@
+"""The admin API, mounted under ``/admin`` with its own tokens (docs/webhooks.md).
+
+Every request needs ``Authorization: Bearer <token>`` with one of ``[admin] tokens``;
+these are not the Replicate API tokens (``/admin/`` is outside the API-token middleware).
+With no admin token configured, every admin request is refused with 403. Errors are
+problem+json, like the rest of the gateway.
+
+Routes (all JSON):
+
+``GET  /admin/webhooks/dead?since=&until=&limit=``
+    dead-lettered events created in ``[since, until)`` (ISO 8601), newest first:
+    ``{"results": [event, ...]}``; ``limit`` 1..1000, default 100
+``GET  /admin/webhooks/dead/{id}``
+    one event (by outbox id or ``msg_...`` webhook id) with its ``payload``
+``POST /admin/webhooks/dead/{id}/replay``
+    back to ``pending``, due now, attempts reset, same webhook id: the event
+``POST /admin/webhooks/dead/replay`` with ``{"since": T, "until": T}``
+    replay every dead event created in the range (``until`` defaults to now):
+    ``{"replayed": n, "ids": [...]}``
+``GET  /admin/webhooks/endpoints``
+    endpoints disabled by a 410: ``{"results": [{"url", "disabled_at", "reason"}]}``
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiohttp import web
+
+from contracts.errors import ContractViolation, Forbidden, Unauthenticated
+from gateway import keys
+from gateway.clock import utcnow
+from gateway.deadletter import DEFAULT_LIMIT, DeadLetters, parse_time
+from gateway.middleware import json_response
+
+__all__ = ["create_admin_app"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+routes = web.RouteTableDef()
+DELIVERY_LOOP = "delivery"
+
+
+def create_admin_app(tokens: Iterable[str]) -> web.Application:
+    """The admin sub-application; mount it with ``app.add_subapp("/admin", ...)``.
+
+    Parameters
+    ----------
+    tokens : Iterable[str]
+        Accepted bearer tokens; none means the admin API answers 403 to everything.
+    """
+    admin = web.Application(middlewares=[_admin_auth([t.encode() for t in tokens])])
+    admin.add_routes(routes)
+    return admin
+
+
+def _admin_auth(accepted: list[bytes]) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not accepted:
+            raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        presented = token.strip().encode()
+        if scheme.lower() != "bearer" or not presented:
+            raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
+        if not any(hmac.compare_digest(presented, t) for t in accepted):
+            raise Unauthenticated("that is not a valid admin token")
+        return await handler(request)
+
+    return check
+
+
+def _letters(request: web.Request) -> DeadLetters:
+    return DeadLetters(request.config_dict[keys.ENGINE])
+
+
+@routes.get("/webhooks/dead")
+async def list_dead(request: web.Request) -> web.Response:
+    """List dead-lettered events (filters ``since``, ``until``, ``limit``)."""
+    query = request.query
+    since = parse_time(query["since"], "since") if "since" in query else None
+    until = parse_time(query["until"], "until") if "until" in query else None
+    try:
+        limit = int(query.get("limit", DEFAULT_LIMIT))
+    except ValueError:
+        raise ContractViolation("limit must be an integer") from None
+    letters = await _letters(request).list_dead(since=since, until=until, limit=limit)
+    return json_response({"results": [letter.to_json() for letter in letters]})
+
+
+@routes.post("/webhooks/dead/replay")
+async def replay_range(request: web.Request) -> web.Response:
+    """Replay every dead event created in ``[since, until)``."""
+    body = await _json_object(request)
+    if not isinstance(body.get("since"), str):
+        raise ContractViolation('the body needs "since" (ISO 8601 time)')
+    since = parse_time(body["since"], "since")
+    until_text = body.get("until")
+    if until_text is not None and not isinstance(until_text, str):
+        raise ContractViolation('"until" must be an ISO 8601 time')
+    until = parse_time(until_text, "until") if until_text else utcnow()
+    ids = await _letters(request).replay_range(since=since, until=until)
+    request.config_dict[keys.NOTIFIER].wake(DELIVERY_LOOP)
+    return json_response({"replayed": len(ids), "ids": ids})
+
+
+@routes.get("/webhooks/dead/{ref}")
+async def show(request: web.Request) -> web.Response:
+    """One event, with its payload."""
+    letter = await _letters(request).get(request.match_info["ref"])
+    return json_response(letter.to_json())
+
+
+@routes.post("/webhooks/dead/{ref}/replay")
+async def replay_one(request: web.Request) -> web.Response:
+    """Replay one dead event."""
+    letter = await _letters(request).replay(request.match_info["ref"])
+    request.config_dict[keys.NOTIFIER].wake(DELIVERY_LOOP)
+    return json_response(letter.to_json())
+
+
+@routes.get("/webhooks/endpoints")
+async def disabled_endpoints(request: web.Request) -> web.Response:
+    """Endpoints disabled by a 410 Gone."""
+    return json_response({"results": await _letters(request).disabled_endpoints()})
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ContractViolation("the request body must be a JSON object")
+    return body

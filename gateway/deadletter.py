@@ -1,0 +1,233 @@
+"""Dead-lettered webhook events: list, show, replay (docs/webhooks.md).
+
+An outbox row is ``dead`` when its ``completed`` event exhausted the retry schedule,
+when the SSRF guard refused its target at delivery, or when its endpoint answered (or
+had answered) 410 Gone. A replay puts a dead row back to ``pending`` with its attempts
+reset, due now, under the same ``msg_id`` (so the receiver's ``webhook-id``
+deduplication still works), and re-enables its endpoint if a 410 had disabled it.
+
+The admin API (:mod:`gateway.admin`) and the ``cutover webhooks`` commands
+(:mod:`gateway.cli`) are thin layers over :class:`DeadLetters`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from contracts.errors import Conflict, ContractViolation, NotFound
+from gateway import outbox
+from gateway.clock import Clock, utcnow
+from gateway.schema import endpoints
+from gateway.schema import outbox as table
+
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "parse_time"]
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+_MAX_ID = 2**31 - 1  # outbox.id is a 32-bit integer on PostgreSQL
+
+
+def parse_time(text: str, name: str = "time") -> datetime:
+    """Read an ISO 8601 time (``2026-05-01T12:00:00Z``); without a zone it is UTC.
+
+    Raises
+    ------
+    ContractViolation
+        ``text`` is not an ISO 8601 date or date-time (the message names ``name``).
+    """
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ContractViolation(
+            f"{name} must be an ISO 8601 time such as 2026-05-01T12:00:00Z, got {text!r}"
+        ) from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Letter:
+    """One outbox event as operators see it (``payload`` only when asked for).
+
+    ``id`` is the outbox row id, ``msg_id`` the ``webhook-id`` the receiver sees,
+    ``prediction_id`` the job. Times are timezone-aware UTC.
+    """
+
+    id: int
+    msg_id: str
+    prediction_id: str
+    event: str
+    status: str
+    url: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    delivered_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+    payload: Any = None
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any], *, with_payload: bool = False) -> Letter:
+        data = {k: v for k, v in row._mapping.items() if k in _FIELDS}
+        data["prediction_id"] = row.job_id
+        data["payload"] = json.loads(row.payload) if with_payload else None
+        return cls(**data)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO 8601 strings; no ``payload`` key when unset)."""
+        data = asdict(self)
+        if self.payload is None:
+            del data["payload"]
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+_FIELDS = {
+    "id", "msg_id", "event", "status", "url", "attempts", "created_at", "next_attempt_at",
+    "last_attempt_at", "delivered_at", "last_status_code", "last_error",
+}  # fmt: skip
+_COLUMNS = [c for c in table.c if c.name in _FIELDS | {"job_id"}]
+
+
+class DeadLetters:
+    """Reads and replays dead-lettered outbox rows.
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The store (owned by the caller).
+    clock : Clock
+        Injected time source (a replay is due at "now").
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def list_dead(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> list[Letter]:
+        """Dead events created in ``[since, until)``, newest first, at most ``limit``.
+
+        Raises
+        ------
+        ContractViolation
+            ``limit`` outside 1..:data:`MAX_LIMIT`, or ``since`` not before ``until``.
+        """
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ContractViolation(f"limit must be between 1 and {MAX_LIMIT}")
+        query = (
+            sa.select(*_COLUMNS)
+            .where(table.c.status == outbox.DEAD, *_window(since, until))
+            .order_by(table.c.created_at.desc(), table.c.id.desc())
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [Letter.from_row(row) for row in await conn.execute(query)]
+
+    async def get(self, ref: str) -> Letter:
+        """The event ``ref`` (an outbox id, or a ``msg_...`` webhook id), with its payload.
+
+        Any status may be shown, not only ``dead``.
+
+        Raises
+        ------
+        NotFound
+            No such event.
+        """
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(sa.select(table).where(_ref(ref)))).first()
+        if row is None:
+            raise NotFound(f"webhook event {ref!r} does not exist")
+        return Letter.from_row(row, with_payload=True)
+
+    async def replay(self, ref: str) -> Letter:
+        """Put the dead event ``ref`` back to ``pending``, due now, attempts reset.
+
+        Raises
+        ------
+        NotFound
+            No such event.
+        Conflict
+            The event is not dead (it is pending, delivered, dropped or superseded).
+        """
+        async with self._engine.begin() as conn:
+            ids = await self._revive(conn, [_ref(ref)])
+        if not ids:
+            current = await self.get(ref)
+            raise Conflict(
+                f"webhook event {ref!r} is {current.status}, not dead; only dead events "
+                "can be replayed"
+            )
+        return await self.get(str(ids[0]))
+
+    async def replay_range(self, *, since: datetime, until: datetime) -> list[int]:
+        """Replay every dead event created in ``[since, until)``; return their ids.
+
+        Raises
+        ------
+        ContractViolation
+            ``since`` is not before ``until``.
+        """
+        async with self._engine.begin() as conn:
+            return await self._revive(conn, _window(since, until))
+
+    async def disabled_endpoints(self) -> list[dict[str, Any]]:
+        """Endpoints disabled by a 410: ``url``, ``disabled_at`` (ISO 8601), ``reason``."""
+        query = sa.select(endpoints).order_by(endpoints.c.disabled_at.desc())
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(query)
+            return [
+                {"url": r.url, "disabled_at": r.disabled_at.isoformat(), "reason": r.reason}
+                for r in rows
+            ]
+
+    async def _revive(self, conn: AsyncConnection, where: list[Any]) -> list[int]:
+        rows = (
+            await conn.execute(
+                table.update()
+                .where(table.c.status == outbox.DEAD, *where)
+                .values(
+                    status=outbox.PENDING,
+                    attempts=0,
+                    next_attempt_at=self._clock(),
+                    lease_owner=None,
+                    leased_until=None,
+                )
+                .returning(table.c.id, table.c.url)
+            )
+        ).all()
+        urls = {row.url for row in rows}
+        if urls:
+            await conn.execute(endpoints.delete().where(endpoints.c.url.in_(urls)))
+        return sorted(row.id for row in rows)
+
+
+def _ref(ref: str) -> Any:
+    text = ref.strip()
+    if text.isdigit() and int(text) <= _MAX_ID:
+        return table.c.id == int(text)
+    if text.startswith("msg_"):
+        return table.c.msg_id == text
+    raise NotFound(f"webhook event {ref!r} does not exist (use an event id or a msg_ id)")
+
+
+def _window(since: datetime | None, until: datetime | None) -> list[Any]:
+    if since is not None and until is not None and since >= until:
+        raise ContractViolation("since must be earlier than until")
+    where = []
+    if since is not None:
+        where.append(table.c.created_at >= since)
+    if until is not None:
+        where.append(table.c.created_at < until)
+    return where

@@ -1,0 +1,411 @@
+"""Outbound webhook delivery: the sending side of the outbox (specs/replicate-api.md §6).
+
+:class:`gateway.outbox.Planner` writes one row per event in the transaction that changes
+the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs each one:
+
+* **in order per prediction**: a row is only taken when no earlier row (lower id) of
+  the same job is still ``pending`` (§6.3: sequential deliveries);
+* **the stored bytes exactly** (compact JSON, §6.5), ``Content-Type: application/json``,
+  ``User-Agent: cutover``, and Standard Webhooks headers (§6.4): ``webhook-id`` is the
+  row's ``msg_id`` (the same on every retry), ``webhook-timestamp`` the time of this
+  attempt, ``webhook-signature`` one ``v1,`` entry per secret in use;
+* **through the SSRF guard** (:func:`gateway.ssrf.connector`), redirects not followed,
+  each attempt bounded by ``timeout_s``, at most ``max_concurrency`` at once.
+
+Outcomes follow :func:`gateway.attempt.decide`: 2xx ``delivered``; ``completed``
+retried on the schedule, then ``dead``; non-terminal events ``dropped`` after one
+failed attempt; an SSRF refusal ``dead`` at once. A 410 Gone makes the row ``dead`` and
+disables its URL in ``endpoints``: the URL's other pending rows, and every later event
+for it, go ``dead`` unsent until a replay re-enables it.
+
+A non-terminal row is never sent once the job's ``completed`` event was delivered
+(it becomes ``superseded``), so a replay cannot put a stale snapshot after the final one.
+Claims are leases: on PostgreSQL ``FOR UPDATE SKIP LOCKED``, on SQLite the claim runs in
+a ``BEGIN IMMEDIATE`` transaction. A lease outlives one attempt (``lease_s`` should be at
+least ``timeout_s`` plus slack), so two processes never send the same row at once; a row
+whose sender died is sent again after its lease ends, with the same ``webhook-id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import aiohttp
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from yarl import URL
+
+from gateway import outbox, retry, signing, ssrf
+from gateway.attempt import COMPLETED, Attempt, Decision, decide
+from gateway.clock import Clock, utcnow
+from gateway.config import WebhookSettings
+from gateway.loop import Loop
+from gateway.notify import Notifier
+from gateway.schema import endpoints
+from gateway.schema import outbox as table
+
+__all__ = ["Delivery", "open_session", "signer_for"]
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "cutover"
+MAX_ENDPOINT_URL_CHARS = 2048  # endpoints.url
+_Row = sa.Row[Any]
+
+
+def signer_for(secret: str, settings: WebhookSettings) -> signing.Signer:
+    """The :class:`gateway.signing.Signer` for ``secret`` and the rotation settings.
+
+    Raises
+    ------
+    contracts.errors.ConfigurationError
+        A malformed secret (see :class:`gateway.signing.Signer`).
+    """
+    previous = settings.previous_signing_secret
+    return signing.Signer(
+        secret,
+        previous_secret=previous.get_secret_value() if previous is not None else None,
+        previous_valid_until=settings.previous_valid_until,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    policy: ssrf.WebhookTargetPolicy, *, timeout_s: float, max_concurrency: int
+) -> AsyncIterator[aiohttp.ClientSession]:
+    """The HTTP client every delivery goes through; closed on exit.
+
+    Built on :func:`gateway.ssrf.connector` (at most ``max_concurrency`` connections),
+    a total timeout of ``timeout_s`` seconds per request, no proxy from the environment
+    and no cookie jar (one receiver's cookies never reach another).
+    """
+    session = aiohttp.ClientSession(
+        connector=ssrf.connector(policy, limit=max_concurrency),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )
+    async with session:
+        yield session
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+class Delivery(Loop):
+    """Sends due outbox rows; see the module docstring.
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The store (owned by the caller).
+    http : aiohttp.ClientSession
+        From :func:`open_session` (owned by the caller).
+    signer : signing.Signer
+        Signs each attempt.
+    schedule : retry.Schedule
+        Retry delays of ``completed`` events.
+    notifier : Notifier
+        Wakes the loop (name ``delivery``) when events may be waiting.
+    owner : str
+        This process's lease owner id.
+    lease_s : float
+        How long a claim holds a row, in seconds; more than one attempt's timeout.
+    max_concurrency : int
+        Attempts in flight at once.
+    interval_s : float
+        Idle wait between rounds, in seconds.
+    clock, rng
+        Injected time and randomness (tests).
+    """
+
+    name = "delivery"
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        http: aiohttp.ClientSession,
+        signer: signing.Signer,
+        schedule: retry.Schedule,
+        notifier: Notifier,
+        owner: str,
+        lease_s: float,
+        max_concurrency: int,
+        interval_s: float,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._engine = engine
+        self._http = http
+        self._signer = signer
+        self._schedule = schedule
+        self._owner = owner
+        self._lease = timedelta(seconds=lease_s)
+        self._max_concurrency = max_concurrency
+        self._clock = clock
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
+
+    async def run_once(self) -> int:
+        """Claim up to ``max_concurrency`` due rows, attempt them all, wait for the outcomes.
+
+        Returns the number of rows handled (sent, or settled without sending).
+        """
+        rows, settled = await self.claim(self._max_concurrency)
+        await asyncio.gather(*(self._attempt_guarded(row) for row in rows))
+        return len(rows) + settled
+
+    async def run(self) -> None:
+        """Deliver until :meth:`stop`, keeping up to ``max_concurrency`` attempts in flight.
+
+        Unlike :meth:`Loop.run`, a round does not wait for its slowest receiver: a new
+        claim is made whenever a slot frees up. On stop, attempts in progress finish
+        (each is bounded by the session timeout) before this returns.
+        """
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stopping.is_set():
+                if await self._start_some(in_flight) == 0:
+                    await self._idle(in_flight)
+            if in_flight:
+                await asyncio.wait(in_flight)
+        finally:
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _start_some(self, in_flight: set[asyncio.Task[None]]) -> int:
+        free = self._max_concurrency - len(in_flight)
+        if free <= 0:
+            return 0
+        try:
+            rows, settled = await self.claim(free)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the loop boundary: log and keep going
+            log.exception("loop_round_failed", extra={"loop": self.name})
+            return 0
+        for row in rows:
+            task = asyncio.create_task(self._attempt_guarded(row))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        return len(rows) + settled
+
+    async def _idle(self, in_flight: set[asyncio.Task[None]]) -> None:
+        sleeper = asyncio.create_task(self._notifier.sleep(self.name, self._interval_s))
+        try:
+            await asyncio.wait({sleeper, *in_flight}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            await asyncio.gather(sleeper, return_exceptions=True)
+
+    # --- claims ---------------------------------------------------------------------------
+
+    async def claim(self, limit: int) -> tuple[list[_Row], int]:
+        """Lease up to ``limit`` deliverable rows.
+
+        Rows for a disabled endpoint are marked ``dead`` and non-terminal rows of a job
+        whose ``completed`` event was delivered are marked ``superseded`` instead.
+
+        Returns
+        -------
+        tuple[list[Row], int]
+            The leased rows (their ``attempts`` already counts this attempt), and how
+            many rows were settled without sending.
+        """
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            picked = (await conn.execute(_due(now, limit))).all()
+            if not picked:
+                return [], 0
+            settled = await self._settle_unsendable(conn, picked, now)
+            ids = [r.id for r in picked if r.id not in settled]
+            if not ids:
+                return [], len(settled)
+            rows = await conn.execute(
+                table.update()
+                .where(table.c.id.in_(ids))
+                .values(
+                    attempts=table.c.attempts + 1,
+                    last_attempt_at=now,
+                    lease_owner=self._owner,
+                    leased_until=now + self._lease,
+                )
+                .returning(*table.c)
+            )
+            return sorted(rows, key=lambda r: r.id), len(settled)
+
+    async def _settle_unsendable(
+        self, conn: AsyncConnection, picked: list[_Row], now: datetime
+    ) -> set[int]:
+        settled: set[int] = set()
+        for row in picked:
+            if row.disabled_reason is not None:
+                status, error = outbox.DEAD, f"not sent: {row.disabled_reason}"
+            elif row.event != COMPLETED and row.completed_sent:
+                status, error = outbox.SUPERSEDED, "not sent: the completed event was delivered"
+            else:
+                continue
+            await conn.execute(
+                table.update()
+                .where(table.c.id == row.id)
+                .values(status=status, last_error=error, next_attempt_at=None)
+            )
+            settled.add(row.id)
+            log.info(
+                "webhook_not_sent",
+                extra={"job_id": row.job_id, "msg_id": row.msg_id, "status": status},
+            )
+        return settled
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    async def _attempt_guarded(self, row: _Row) -> None:
+        try:
+            await self.attempt(row)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one attempt's boundary: the lease expires, the row comes back
+            log.exception("webhook_attempt_crashed", extra={"job_id": row.job_id})
+
+    async def attempt(self, row: _Row) -> Decision:
+        """POST one leased row, record the outcome, and return the decision."""
+        body = row.payload.encode("utf-8")
+        now = self._clock()
+        headers = self._signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
+        headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
+        result = await self._post(row.url, body, headers)
+        ended = self._clock()
+        decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
+        recorded = await self._record(row, result, decision, ended)
+        _log_outcome(row, result, decision, recorded)
+        return decision
+
+    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
+        try:
+            async with self._http.post(
+                url, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                return Attempt(
+                    status_code=response.status,
+                    retry_after=response.headers.get("Retry-After"),
+                )
+        except aiohttp.ClientConnectorError as exc:
+            reason = exc.os_error.strerror or str(exc.os_error)
+            if isinstance(exc.os_error, ssrf.TargetRefused):
+                return Attempt(error=reason, refused=True)
+            return Attempt(error=f"connection failed: {reason}")
+        except TimeoutError:
+            return Attempt(error=f"no response within {self._http.timeout.total} s")
+        except aiohttp.ClientError as exc:
+            return Attempt(error=f"{type(exc).__name__}: {exc}")
+
+    async def _record(self, row: _Row, result: Attempt, decision: Decision, now: datetime) -> bool:
+        """Store the outcome if this process still holds the lease; True if it did."""
+        values: dict[str, Any] = {
+            "status": decision.status,
+            "next_attempt_at": decision.next_attempt_at,
+            "last_status_code": result.status_code,
+            "last_error": decision.error,
+            "lease_owner": None,
+            "leased_until": None,
+        }
+        if decision.status == outbox.DELIVERED:
+            values["delivered_at"] = now
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                table.update()
+                .where(
+                    table.c.id == row.id,
+                    table.c.lease_owner == self._owner,
+                    table.c.status == outbox.PENDING,
+                )
+                .values(**values)
+            )
+            if decision.disable_endpoint:
+                await _disable(conn, row.url, now)
+        return bool(done.rowcount)
+
+
+def _due(now: datetime, limit: int) -> sa.Select[Any]:
+    """Due, unleased, pending rows with no earlier pending row of their job, oldest first."""
+    earlier = table.alias("earlier")
+    done = table.alias("done")
+    blocked = sa.exists().where(
+        earlier.c.job_id == table.c.job_id,
+        earlier.c.id < table.c.id,
+        earlier.c.status == outbox.PENDING,
+    )
+    completed_sent = sa.exists().where(
+        done.c.job_id == table.c.job_id,
+        done.c.event == COMPLETED,
+        done.c.status == outbox.DELIVERED,
+    )
+    disabled = sa.select(endpoints.c.reason).where(endpoints.c.url == table.c.url)
+    return (
+        sa.select(
+            table.c.id,
+            table.c.job_id,
+            table.c.msg_id,
+            table.c.event,
+            disabled.scalar_subquery().label("disabled_reason"),
+            completed_sent.label("completed_sent"),
+        )
+        .where(
+            table.c.status == outbox.PENDING,
+            table.c.next_attempt_at <= now,
+            sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now),
+            ~blocked,
+        )
+        .order_by(table.c.next_attempt_at, table.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=table)
+    )
+
+
+async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
+    """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
+    reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
+    if len(url) <= MAX_ENDPOINT_URL_CHARS:
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        await conn.execute(
+            insert(endpoints)
+            .values(url=url, disabled_at=now, reason=reason)
+            .on_conflict_do_nothing(index_elements=[endpoints.c.url])
+        )
+    await conn.execute(
+        table.update()
+        .where(
+            table.c.url == url,
+            table.c.status == outbox.PENDING,
+            sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now),
+        )
+        .values(status=outbox.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
+    )
+    log.warning("webhook_endpoint_disabled", extra={"host": URL(url).host})
+
+
+def _log_outcome(row: _Row, result: Attempt, decision: Decision, recorded: bool) -> None:
+    context = {
+        "job_id": row.job_id,
+        "msg_id": row.msg_id,
+        "event": row.event,
+        "attempt": row.attempts,
+        "status_code": result.status_code,
+        "outcome": decision.status,
+        "host": URL(row.url).host,
+    }
+    if not recorded:
+        log.warning("webhook_outcome_lost_lease", extra=context)
+    elif decision.status == outbox.DELIVERED:
+        log.info("webhook_delivered", extra=context)
+    else:
+        log.warning("webhook_attempt_failed", extra={**context, "error": decision.error})

@@ -1,0 +1,66 @@
+"""Helpers for webhook tests: read the outbox, move time, drive one job through events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from contracts.job import JobState
+from gateway.app import LOOPS
+from gateway.delivery import Delivery
+from gateway.schema import outbox
+from tests.support.gateway import VERSION, GatewayHarness
+
+__all__ = ["delivery_loop", "events_loop", "make_due", "observe", "outbox_rows", "start_job"]
+
+
+async def outbox_rows(engine: AsyncEngine, job_id: str | None = None) -> list[sa.Row[Any]]:
+    """Every outbox row (of one job), by id."""
+    query = sa.select(outbox).order_by(outbox.c.id)
+    if job_id is not None:
+        query = query.where(outbox.c.job_id == job_id)
+    async with engine.connect() as conn:
+        return list((await conn.execute(query)).all())
+
+
+async def make_due(engine: AsyncEngine) -> int:
+    """Make every pending row due now (instead of sleeping through its backoff)."""
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            outbox.update().where(outbox.c.status == "pending").values(next_attempt_at=past)
+        )
+    return int(result.rowcount)
+
+
+def delivery_loop(gateway: GatewayHarness) -> Delivery:
+    loop = next(loop for loop in gateway.app[LOOPS] if loop.name == "delivery")
+    assert isinstance(loop, Delivery)
+    return loop
+
+
+def events_loop(gateway: GatewayHarness) -> Any:
+    return next(loop for loop in gateway.app[LOOPS] if loop.name == "events")
+
+
+async def start_job(
+    gateway: GatewayHarness, webhook: str, events: list[str] | None = None, **input: Any
+) -> str:
+    """Create a prediction with a webhook, submit it to the fake provider; its id."""
+    body: dict[str, Any] = {"version": VERSION, "input": {"prompt": "hi", **input}}
+    body["webhook"] = webhook
+    if events is not None:
+        body["webhook_events_filter"] = events
+    prediction = await gateway.create(body)
+    await gateway.settle()
+    return str(prediction["id"])
+
+
+async def observe(gateway: GatewayHarness, job_id: str, state: JobState, **fields: Any) -> None:
+    """The fake provider reports ``state``; the events loop applies it (nothing is sent)."""
+    assert await gateway.deliver(job_id, state, **fields) == 200
+    while await events_loop(gateway).run_once():
+        pass
