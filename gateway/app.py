@@ -243,6 +243,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         lease_s=settings.gateway.lease_s + hooks.timeout_s,
         max_concurrency=hooks.max_concurrency,
         interval_s=settings.gateway.loop_interval_s,
+        metrics=app[keys.METRICS],
     )
 
 

@@ -47,6 +47,7 @@ from gateway.attempt import COMPLETED, Attempt, Decision, decide
 from gateway.clock import Clock, utcnow
 from gateway.config import WebhookSettings
 from gateway.loop import Loop
+from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.schema import endpoints
 from gateway.schema import outbox as table
@@ -124,6 +125,8 @@ class Delivery(Loop):
         Idle wait between rounds, in seconds.
     clock, rng
         Injected time and randomness (tests).
+    metrics : Metrics, optional
+        Counts attempts by event and outcome (delivered or failed).
     """
 
     name = "delivery"
@@ -142,8 +145,10 @@ class Delivery(Loop):
         interval_s: float,
         clock: Clock = utcnow,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
+        self._metrics = metrics
         self._engine = engine
         self._http = http
         self._signer = signer
@@ -287,6 +292,9 @@ class Delivery(Loop):
         decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
         recorded = await self._record(row, result, decision, ended)
         _log_outcome(row, result, decision, recorded)
+        if self._metrics is not None:
+            outcome = "delivered" if decision.status == outbox.DELIVERED else "failed"
+            self._metrics.webhook_deliveries.labels(row.event, outcome).inc()
         return decision
 
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
