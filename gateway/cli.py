@@ -1,4 +1,4 @@
-"""The ``cutover`` command.
+"""cutover: a Replicate-compatible gateway in front of other inference providers.
 
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import ssl
 import sys
@@ -33,7 +34,9 @@ from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
 
-__all__ = ["main"]
+__all__ = ["main", "readiness_problems"]
+
+log = logging.getLogger("gateway.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(settings: Settings) -> int:
+    """Print a summary; exit 1 when the gateway could not serve anything as configured."""
+    problems = readiness_problems(settings)
+    for problem in problems:
+        print(f"cutover: {problem}", file=sys.stderr)
     gw = settings.gateway
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")
     print(f"public_url  {gw.public_url}")
@@ -105,7 +112,19 @@ def _check(settings: Settings) -> int:
         print(f"provider    {name}: {provider.kind} {provider.base_url}")
     for route in settings.routes:
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}")
-    return 0
+    return 1 if problems else 0
+
+
+def readiness_problems(settings: Settings) -> list[str]:
+    """What stops a gateway with ``settings`` from serving predictions."""
+    problems = []
+    if not settings.providers:
+        problems.append("no [providers.NAME] configured: there is nothing to send work to")
+    if not settings.routes:
+        problems.append("no [[routes]] configured: every create would be 404")
+    if not settings.gateway.api_tokens:
+        problems.append("no [gateway] api_tokens: every API request would be 401")
+    return problems
 
 
 async def _migrate(settings: Settings) -> None:
@@ -187,6 +206,13 @@ def _serve(settings: Settings) -> int:
             context.load_cert_chain(gw.tls_cert_file, gw.tls_key_file)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigurationError(f"cannot load the TLS certificate: {exc}") from exc
+    for problem in readiness_problems(settings):
+        log.warning("configuration_incomplete", extra={"problem": problem})
+    scheme = "https" if context is not None else "http"
+    log.info(
+        "gateway_starting",
+        extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
+    )
     web.run_app(
         create_app(settings),
         host=gw.host,

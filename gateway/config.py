@@ -16,12 +16,21 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -68,6 +77,17 @@ class GatewaySettings(_Section):
     dispatch_backoff_max_s: float = Field(default=5.0, gt=0)
     cancel_grace_s: float = Field(default=30.0, gt=0)
     cancel_resend_s: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_public_url(cls, data: Any) -> Any:
+        """Without ``public_url``, apps reach the gateway where it listens."""
+        if isinstance(data, dict) and not data.get("public_url") and data.get("listen"):
+            host, _, port = str(data["listen"]).rpartition(":")
+            host = "127.0.0.1" if host in {"0.0.0.0", "::", "[::]"} else host  # noqa: S104
+            scheme = "https" if data.get("tls_cert_file") else "http"
+            data = {**data, "public_url": f"{scheme}://{host}:{port}"}
+        return data
 
     @field_validator("listen")
     @classmethod
@@ -277,10 +297,29 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     if path is not None and not path.is_file():
         raise ConfigurationError(f"configuration file {path} does not exist")
 
-    class _FromFile(Settings):
+    class FromFile(Settings):
         model_config = SettingsConfigDict(toml_file=path)
 
+    where = path or "the environment"
     try:
-        return _FromFile(**overrides)
-    except ValueError as exc:  # pydantic ValidationError and TOML decode errors
-        raise ConfigurationError(f"invalid configuration in {path}: {exc}") from exc
+        return FromFile(**overrides)
+    except ValidationError as exc:
+        lines = "\n".join(f"  {_key(e)}: {_message(e)}" for e in exc.errors(include_url=False))
+        raise ConfigurationError(f"invalid configuration in {where}:\n{lines}") from exc
+    except SettingsError as exc:  # an environment value that does not parse
+        raise ConfigurationError(
+            f"invalid configuration: {exc} (check the CUTOVER_* environment variables; "
+            "lists and tables are JSON, e.g. CUTOVER_GATEWAY__API_TOKENS='[\"r8_...\"]')"
+        ) from exc
+    except ValueError as exc:  # TOML syntax
+        raise ConfigurationError(f"invalid configuration in {where}: {exc}") from exc
+
+
+def _key(error: Any) -> str:
+    return ".".join(str(part) for part in error["loc"]) or "(top level)"
+
+
+def _message(error: Any) -> str:
+    if error["type"] == "extra_forbidden":
+        return "is not a known setting"
+    return str(error["msg"]).removeprefix("Value error, ")

@@ -153,7 +153,7 @@ def _explain(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(p) for p in error["loc"]) or "body"
-        message = error["msg"]
+        message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "is not a field of this request"
         parts.append(f"{where}: {message}")

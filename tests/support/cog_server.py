@@ -28,6 +28,8 @@ from types import TracebackType
 
 import httpx
 
+from tests.support.orphans import die_with_parent
+
 __all__ = ["CogServer", "CogServerError"]
 
 _POLL_INTERVAL_S = 0.1
@@ -109,6 +111,7 @@ class CogServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import tomli_w
 
+from tests.support.orphans import die_with_parent
+
 __all__ = ["GatewayProcess", "free_port"]
 
 
@@ -67,6 +69,7 @@ class GatewayProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
                 env={k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")},
             )
         try:
