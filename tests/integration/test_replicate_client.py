@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,10 +17,8 @@ from replicate.exceptions import ModelError, ReplicateError
 from replicate.helpers import FileOutput
 
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
-from tests.support.fixtures import COG_WEBHOOK_TOKEN
-from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, live_config
-from tests.support.process import GatewayProcess
+from tests.support.databases import BACKENDS
+from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway
 from tests.support.tls import ServerTLS
 
 MODEL = "acme/echo"
@@ -36,20 +33,9 @@ def live(
     tls: ServerTLS,
     https_cog: CogServer,
 ) -> Iterator[LiveGateway]:
-    workdir: Path = tmp_path_factory.mktemp(f"live-{request.param}")
-    with sync_database(request.param, workdir) as database_url:
-        config = live_config(
-            database_url=database_url,
-            workdir=workdir,
-            tls=tls,
-            cog_url=https_cog.url,
-            cog_token=COG_WEBHOOK_TOKEN,
-        )
-        process = GatewayProcess(config, workdir, ca_file=tls.ca_file).start()
-        try:
-            yield LiveGateway(process=process, database_url=database_url)
-        finally:
-            process.stop()
+    workdir = tmp_path_factory.mktemp(f"live-{request.param}")
+    with running_gateway(request.param, workdir, tls, https_cog.url) as gateway:
+        yield gateway
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,10 +21,8 @@ from replicate.prediction import Prediction
 from gateway import db
 from gateway.schema import outbox
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
-from tests.support.fixtures import COG_WEBHOOK_TOKEN
-from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, live_config
-from tests.support.process import GatewayProcess
+from tests.support.databases import BACKENDS
+from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway
 from tests.support.receiver import Receiver, validate_with_replicate
 from tests.support.tls import ServerTLS
 
@@ -37,20 +34,9 @@ def live(
     tls: ServerTLS,
     https_cog: CogServer,
 ) -> Iterator[LiveGateway]:
-    workdir: Path = tmp_path_factory.mktemp(f"live-webhooks-{request.param}")
-    with sync_database(request.param, workdir) as database_url:
-        config = live_config(
-            database_url=database_url,
-            workdir=workdir,
-            tls=tls,
-            cog_url=https_cog.url,
-            cog_token=COG_WEBHOOK_TOKEN,
-        )
-        process = GatewayProcess(config, workdir, ca_file=tls.ca_file).start()
-        try:
-            yield LiveGateway(process=process, database_url=database_url)
-        finally:
-            process.stop()
+    workdir = tmp_path_factory.mktemp(f"live-webhooks-{request.param}")
+    with running_gateway(request.param, workdir, tls, https_cog.url) as gateway:
+        yield gateway
 
 
 @pytest.fixture

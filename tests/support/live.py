@@ -6,11 +6,14 @@ process (to kill and restart it) and the database URL it uses.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.support.databases import sync_database
+from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.process import GatewayProcess, free_port
 from tests.support.tls import ServerTLS
 
@@ -63,3 +66,25 @@ class LiveGateway:
     @property
     def url(self) -> str:
         return self.process.url
+
+
+@contextmanager
+def running_gateway(
+    backend: str, workdir: Path, tls: ServerTLS, cog_url: str, **gateway: Any
+) -> Iterator[LiveGateway]:
+    """A gateway subprocess on a new database of ``backend``, in front of Cog at ``cog_url``
+    (which posts its webhooks with ``COG_WEBHOOK_TOKEN``); stopped and dropped on exit."""
+    with sync_database(backend, workdir) as database_url:
+        config = live_config(
+            database_url=database_url,
+            workdir=workdir,
+            tls=tls,
+            cog_url=cog_url,
+            cog_token=COG_WEBHOOK_TOKEN,
+            **gateway,
+        )
+        process = GatewayProcess(config, workdir, ca_file=tls.ca_file).start()
+        try:
+            yield LiveGateway(process=process, database_url=database_url)
+        finally:
+            process.stop()
