@@ -159,7 +159,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     store.set_lease_duration(gw.lease_s)
     app[keys.STORE] = store
     app[OWNER] = owner
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as http:
+    downloads = httpx.AsyncClient(
+        timeout=httpx.Timeout(gw.output_download_timeout_s, connect=10.0), trust_env=False
+    )
+    async with downloads as http:
         app[_HTTP] = http
         copier = OutputCopier(
             storage=app[keys.STORAGE],
@@ -167,9 +170,14 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             public_url=gw.public_url,
             max_output_bytes=gw.max_output_bytes,
             allowed_types=gw.allowed_output_types,
+            download_timeout_s=gw.output_download_timeout_s,
         )
         app[_FINALIZER] = Finalizer(
-            store=store, copier=copier, notifier=app[keys.NOTIFIER], metrics=app[keys.METRICS]
+            store=store,
+            copier=copier,
+            notifier=app[keys.NOTIFIER],
+            file_hosts={name: p.file_hosts for name, p in settings.providers.items()},
+            metrics=app[keys.METRICS],
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,

@@ -69,6 +69,8 @@ class GatewaySettings(_Section):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     max_output_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     allowed_output_types: list[str] = Field(default_factory=list)
+    output_download_timeout_s: float = Field(default=60.0, gt=0)
+    max_provider_webhook_bytes: int | None = Field(default=None, gt=0)
     prefer_wait_max_s: float = Field(default=60.0, gt=0, le=60.0)
     max_job_lifetime_s: float = Field(default=1800.0, gt=0)
     lease_s: float = Field(default=30.0, gt=0)
@@ -120,6 +122,14 @@ class GatewaySettings(_Section):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+    @property
+    def intake_limit(self) -> int:
+        """Largest provider webhook body, in bytes: ``max_provider_webhook_bytes``, else
+        room for one ``max_output_bytes`` file as base64 plus 1 MiB of JSON around it."""
+        if self.max_provider_webhook_bytes is not None:
+            return self.max_provider_webhook_bytes
+        return self.max_output_bytes * 4 // 3 + (1 << 20)
 
     @property
     def webhook_base_url(self) -> str:
@@ -177,6 +187,7 @@ class ProviderSettings(_Section):
     fetch_interval_s: float | None = Field(default=None, gt=0)
     fetch_max_interval_s: float | None = Field(default=None, gt=0)
     lost_grace_s: float | None = Field(default=None, ge=0)
+    file_hosts: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _needs_url(self) -> ProviderSettings:

@@ -105,6 +105,12 @@ class Dispatcher(Loop):
             self._count(provider, "rejected")
             await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
             return
+        except Exception as exc:  # a job that cannot be sent must end, not loop
+            self._count(provider, "rejected")
+            log.exception("submit_crashed", extra={"job_id": job.id, "provider": provider.name})
+            error = f"the prediction could not be sent to the provider ({type(exc).__name__})"
+            await self._finalizer.finish_here(job, JobState.FAILED, error)
+            return
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
 

@@ -10,6 +10,9 @@ is already terminal is a no-op that returns the stored result.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
+
+from sqlalchemy.exc import DBAPIError
 
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
@@ -33,11 +36,13 @@ class Finalizer:
         store: JobStore,
         copier: OutputCopier,
         notifier: Notifier,
+        file_hosts: Mapping[str, Collection[str]] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._copier = copier
         self._notifier = notifier
+        self._file_hosts = file_hosts or {}
         self._metrics = metrics
 
     async def finalize(self, job: Job, snapshot: ProviderSnapshot) -> Job:
@@ -72,17 +77,31 @@ class Finalizer:
             "metrics": snapshot.metrics,
         }
         if snapshot.state is not JobState.COMPLETED:
-            output = None if snapshot.state is JobState.CANCELED else snapshot.output
-            return Outcome(state=snapshot.state, output=output, error=snapshot.error, **base)
+            # Outputs of failed and canceled jobs are not kept: they are not owned files.
+            return Outcome(state=snapshot.state, error=snapshot.error, **base)
+        hosts = self._file_hosts.get(job.provider, ())
         try:
-            output, records = await self._copier.copy(job.id, snapshot.output)
+            output, records = await self._copier.copy(job.id, snapshot.output, hosts)
         except AssetError as exc:
             log.warning("output_copy_failed", extra={"job_id": job.id, "error": exc.detail})
             return Outcome(state=JobState.FAILED, error=exc.detail, **base)
+        except Exception as exc:  # a job must still end: fail it, not freeze
+            log.exception("output_copy_crashed", extra={"job_id": job.id})
+            error = f"the output could not be stored ({type(exc).__name__})"
+            return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
     async def _record(self, job: Job, outcome: Outcome) -> Job:
-        done = await self._store.finish(job.id, outcome)
+        try:
+            done = await self._store.finish(job.id, outcome)
+        except DBAPIError as exc:  # a value the store refuses (too long, NUL on PostgreSQL)
+            log.warning(
+                "outcome_refused_by_store", extra={"job_id": job.id, "error": type(exc).__name__}
+            )
+            error = f"the provider's result could not be stored ({type(exc.orig).__name__})"
+            done = await self._store.finish(
+                job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
+            )
         self._notifier.job_changed(job.id)
         self._notifier.wake("dispatcher")  # a provider slot may have freed
         self._notifier.wake("delivery")

@@ -56,6 +56,26 @@ class Intake:
         self._notifier = notifier
         self._clock = clock
 
+    async def authorize(self, provider_name: str, job_id: str, token: str) -> Provider:
+        """Check the webhook URL (before the body is even read): the job exists, belongs to
+        ``provider_name``, and ``token`` is its callback token (constant-time).
+
+        Raises
+        ------
+        WebhookVerificationError
+            Unknown provider or job, wrong provider, or wrong token.
+        """
+        provider = self._providers.get(provider_name)
+        known = await self._store.callback_token(job_id)
+        if (
+            provider is None
+            or known is None
+            or known[0] != provider_name
+            or not hmac.compare_digest(known[1].encode(), token.encode())
+        ):
+            raise WebhookVerificationError("unknown webhook URL")
+        return provider
+
     async def receive(
         self, provider_name: str, job_id: str, token: str, headers: Mapping[str, str], body: bytes
     ) -> bool:
@@ -68,15 +88,14 @@ class Intake:
         ServiceUnavailable
             The event could not be stored (answer 503 so the provider retries).
         """
-        provider = self._providers.get(provider_name)
-        known = await self._store.callback_token(job_id)
-        if (
-            provider is None
-            or known is None
-            or known[0] != provider_name
-            or not hmac.compare_digest(known[1].encode(), token.encode())
-        ):
-            raise WebhookVerificationError("unknown webhook URL")
+        provider = await self.authorize(provider_name, job_id, token)
+        return await self.accept(provider, job_id, headers, body)
+
+    async def accept(
+        self, provider: Provider, job_id: str, headers: Mapping[str, str], body: bytes
+    ) -> bool:
+        """:meth:`receive` after :meth:`authorize`: the adapter's check, then storage."""
+        provider_name = provider.name
         provider.adapter.verify_webhook(headers, body)
         try:
             async with self._store.engine.begin() as conn:
@@ -170,6 +189,11 @@ class EventProcessor(Loop):
                 log.warning(
                     "provider_event_rejected",
                     extra={"job_id": event.job_id, "provider": event.provider, "error": exc.detail},
+                )
+            except Exception:  # one event's boundary: never let it block the others
+                log.exception(
+                    "provider_event_failed",
+                    extra={"job_id": event.job_id, "provider": event.provider},
                 )
             async with self._engine.begin() as conn:
                 await conn.execute(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -131,7 +132,9 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         detail = f"the request body is larger than the limit of {limit} bytes"
         raise PayloadTooLarge(detail) from exc
     try:
-        data = json.loads(raw or b"null", parse_constant=_reject_constant)
+        data = json.loads(
+            raw or b"null", parse_constant=_reject_constant, parse_float=_finite_float
+        )
     except RecursionError as exc:
         raise ContractViolation("the request body is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
@@ -142,6 +145,14 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise ContractViolation(_explain(exc)) from exc
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refusing ones too large for a double (``1e999``)."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:20]} is too large")
+    return value
 
 
 def _reject_constant(name: str) -> Any:

@@ -102,11 +102,15 @@ class Reaper(Loop):
             why = f"the prediction passed its deadline ({timestamp(job.deadline)})"
             await self._finalizer.finish_here(job, JobState.CANCELED, why)
             return
+        lifetime = f"{self._lifetime.total_seconds():.0f} s"
+        if job.submitted_at is None:
+            why = job.raw_status or "not tried"
+            error = f"provider {job.provider!r} did not accept the prediction within {lifetime}"
+            await self._finalizer.finish_here(job, JobState.FAILED, f"{error} (last: {why})")
+            return
         await self._cancel_upstream(job)
         await self._finalizer.finish_here(
-            job,
-            JobState.FAILED,
-            f"the prediction did not finish within {self._lifetime.total_seconds():.0f} s",
+            job, JobState.FAILED, f"the prediction did not finish within {lifetime}"
         )
 
 

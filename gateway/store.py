@@ -85,6 +85,11 @@ class Outcome:
     assets: Sequence[AssetRecord] = ()
 
 
+def _text(value: str | None) -> str | None:
+    """Provider text made storable everywhere: PostgreSQL text cannot hold NUL."""
+    return None if value is None else value.replace("\x00", "\ufffd")
+
+
 def _job(row: sa.Row[Any]) -> Job:
     return Job.model_validate(dict(row._mapping))
 
@@ -445,7 +450,7 @@ class JobStore:
             if progress.output is not None:
                 values["output"] = progress.output
             if progress.logs is not None:
-                values["logs"] = progress.logs
+                values["logs"] = _text(progress.logs)
             row = (
                 await conn.execute(
                     jobs.update()
@@ -482,7 +487,7 @@ class JobStore:
             values: dict[str, Any] = {
                 "state": outcome.state.value,
                 "raw_status": outcome.raw_status,
-                "error": outcome.error,
+                "error": _text(outcome.error),
                 "metrics": outcome.metrics or {},
                 "completed_at": now,
                 "updated_at": now,
@@ -490,12 +495,10 @@ class JobStore:
                 "lease_owner": None,
                 "leased_until": None,
             }
-            if outcome.output is not None or outcome.state is JobState.COMPLETED:
-                values["output"] = outcome.output
-            if outcome.state is JobState.CANCELED and old.output is not None:
-                values["output"] = None
+            # Failed and canceled jobs keep no output: only copied files are owned.
+            values["output"] = outcome.output if outcome.state is JobState.COMPLETED else None
             if outcome.logs is not None:
-                values["logs"] = outcome.logs
+                values["logs"] = _text(outcome.logs)
             if old.started_at is None and outcome.state is JobState.COMPLETED:
                 values["started_at"] = old.submitted_at or now
             row = (
