@@ -46,6 +46,7 @@ from gateway.routing import Router
 from gateway.schema import secrets
 from gateway.storage import open_storage
 from gateway.store import JobStore
+from gateway.watch import Watcher
 
 __all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "signing_secret"]
 
@@ -231,6 +232,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             max_job_lifetime_s=gw.max_job_lifetime_s,
         ),
         _delivery(app),
+        Watcher(engine=app[keys.ENGINE], notifier=app[keys.NOTIFIER], interval_s=0.25),
     ]
 
 

@@ -38,6 +38,10 @@ class Notifier:
             if not waiters:
                 del self._jobs[job_id]
 
+    def waited_jobs(self) -> list[str]:
+        """The ids somebody is waiting on right now (``Prefer: wait`` requests)."""
+        return list(self._jobs)
+
     def wake(self, loop_name: str) -> None:
         """Tell the background loop ``loop_name`` that work is waiting."""
         self._work[loop_name].set()
