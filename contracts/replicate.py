@@ -33,6 +33,7 @@ __all__ = [
 
 EVENT_TYPES = ("start", "output", "logs", "completed")
 VERSION_ID_RE = re.compile(r"^[0-9a-f]{64}$")
+_UNSAFE_URL_CHARS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 Status = Literal["starting", "processing", "succeeded", "failed", "canceled"]
@@ -62,6 +63,8 @@ class _Request(BaseModel):
     def _absolute_url(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must be an absolute http(s) URL")
+        if value is not None and _UNSAFE_URL_CHARS.search(value):
+            raise ValueError("must not contain whitespace or control characters")
         return value
 
 

@@ -62,7 +62,7 @@ def _admin_auth(accepted: list[bytes]) -> Callable[..., Awaitable[web.StreamResp
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        presented = token.strip().encode()
+        presented = token.strip().encode(errors="surrogateescape")  # undecodable bytes: 401
         if scheme.lower() != "bearer" or not presented:
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
         if not any(hmac.compare_digest(presented, t) for t in accepted):

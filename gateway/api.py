@@ -7,6 +7,8 @@ without ``/v1`` calls ``/predictions``).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,7 +40,10 @@ __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 _PREFIXES = ("/v1", "")
-MAX_IDEMPOTENCY_KEY_CHARS = 255  # the store's column width
+# The store keeps "<16 hex of the token's SHA-256>:<key>" in a 255-character column.
+_SCOPE_CHARS = 16
+MAX_IDEMPOTENCY_KEY_CHARS = 255 - _SCOPE_CHARS - 1
+_IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]+")  # printable ASCII
 
 
 def _route(method: str, path: str):  # type: ignore[no-untyped-def]
@@ -55,19 +60,42 @@ def _service(request: web.Request) -> PredictionService:
 
 
 def _options(request: web.Request) -> CreateOptions:
+    """The create headers, parsed.
+
+    ``Idempotency-Key`` is at most :data:`MAX_IDEMPOTENCY_KEY_CHARS` (238) printable ASCII
+    characters, and belongs to the API token that presents it: the same key under another
+    token is another key.
+
+    Raises
+    ------
+    ContractViolation
+        A malformed ``Idempotency-Key`` or ``Cancel-After``.
+    """
     settings = request.app[keys.SETTINGS].gateway
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise ContractViolation(
             f"Idempotency-Key is longer than {MAX_IDEMPOTENCY_KEY_CHARS} characters"
         )
+    if key is not None and not _IDEMPOTENCY_KEY_RE.fullmatch(key):
+        raise ContractViolation(
+            "Idempotency-Key must be printable ASCII (letters, digits, punctuation, spaces)"
+        )
     return CreateOptions(
         idempotency_key=key,
+        idempotency_scope=_token_digest(request) if key is not None else "",
         wait_s=parse_prefer_wait(request.headers.get("Prefer"), settings.prefer_wait_max_s),
         cancel_after_s=parse_cancel_after(
             request.headers.get("Cancel-After"), settings.max_job_lifetime_s
         ),
     )
+
+
+def _token_digest(request: web.Request) -> str:
+    """The idempotency scope: 16 hex digits of the presented API token's SHA-256."""
+    _, _, token = request.headers.get("Authorization", "").partition(" ")
+    presented = token.strip().encode(errors="surrogateescape")
+    return hashlib.sha256(presented).hexdigest()[:_SCOPE_CHARS]
 
 
 def _model_name(request: web.Request) -> str:

@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_migrate(settings))
             return 0
         return _serve(settings)
-    except ConfigurationError as exc:
+    except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 2
 
@@ -160,7 +160,7 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
     except CutoverError as exc:
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, OSError) as exc:  # OSError: asyncpg cannot connect
         why = f"cannot read the outbox ({type(exc).__name__})"
         print(f"cutover: {why}; is the database up and migrated?", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ The admin API (:mod:`gateway.admin`) and the ``cutover webhooks`` commands
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,8 @@ __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "parse_time"]
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _MAX_ID = 2**31 - 1  # outbox.id is a 32-bit integer on PostgreSQL
+_DIGITS_RE = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²" and "٣"
+_MSG_ID_RE = re.compile(r"msg_[0-9A-Za-z_-]+")  # and no NUL, which PostgreSQL refuses
 
 
 def parse_time(text: str, name: str = "time") -> datetime:
@@ -39,7 +42,8 @@ def parse_time(text: str, name: str = "time") -> datetime:
     Raises
     ------
     ContractViolation
-        ``text`` is not an ISO 8601 date or date-time (the message names ``name``).
+        ``text`` is not an ISO 8601 date or date-time, or is out of range in UTC
+        (``0001-01-01T00:00:00+01:00``); the message names ``name``.
     """
     try:
         when = datetime.fromisoformat(text.strip())
@@ -47,7 +51,10 @@ def parse_time(text: str, name: str = "time") -> datetime:
         raise ContractViolation(
             f"{name} must be an ISO 8601 time such as 2026-05-01T12:00:00Z, got {text!r}"
         ) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    try:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except OverflowError:
+        raise ContractViolation(f"{name} {text!r} is out of range (years 1 to 9999 UTC)") from None
 
 
 @dataclass(frozen=True)
@@ -215,9 +222,10 @@ class DeadLetters:
 
 def _ref(ref: str) -> Any:
     text = ref.strip()
-    if text.isdigit() and int(text) <= _MAX_ID:
-        return table.c.id == int(text)
-    if text.startswith("msg_"):
+    digits = text.lstrip("0") or "0"
+    if _DIGITS_RE.fullmatch(text) and len(digits) <= len(str(_MAX_ID)) and int(digits) <= _MAX_ID:
+        return table.c.id == int(digits)
+    if _MSG_ID_RE.fullmatch(text):
         return table.c.msg_id == text
     raise NotFound(f"webhook event {ref!r} does not exist (use an event id or a msg_ id)")
 

@@ -104,7 +104,7 @@ def auth_middleware(tokens: Iterable[str]) -> Callable[..., Awaitable[web.Stream
         if request.path.startswith(PUBLIC_PREFIXES):
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        presented = token.strip().encode()
+        presented = token.strip().encode(errors="surrogateescape")
         if scheme.lower() not in {"bearer", "token"} or not presented:
             raise Unauthenticated("You did not pass an authentication token")
         if not any(hmac.compare_digest(presented, t) for t in accepted):

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from contracts.errors import ContractViolation, NotFound
+from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from gateway import ids, ssrf, wire
@@ -89,7 +89,8 @@ def parse_cancel_after(header: str | None, max_s: float | None = None) -> float 
                 f"Cancel-After {header!r} is not a duration like 30, 30s, 5m or 1h30m45s"
             ) from None
         hours, minutes, secs = match.groups()
-        seconds = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs or 0)
+        # float, not int: huge values become inf (refused below) rather than overflow
+        seconds = float(hours or 0) * 3600 + float(minutes or 0) * 60 + float(secs or 0)
     if not math.isfinite(seconds):
         raise ContractViolation(f"Cancel-After {header!r} is not a finite duration")
     if seconds < MIN_CANCEL_AFTER_S:
@@ -99,11 +100,23 @@ def parse_cancel_after(header: str | None, max_s: float | None = None) -> float 
 
 @dataclass(frozen=True)
 class CreateOptions:
-    """The headers of a create request, parsed."""
+    """The headers of a create request, parsed.
+
+    ``idempotency_key`` is the key as the app sent it; ``idempotency_scope`` names who sent
+    it (a digest of the API token), so that two tokens never share a key.
+    """
 
     idempotency_key: str | None = None
+    idempotency_scope: str = ""
     wait_s: float | None = None
     cancel_after_s: float | None = None
+
+    @property
+    def stored_idempotency_key(self) -> str | None:
+        """The key as the store keeps it, ``<scope>:<key>``; None without a key."""
+        if self.idempotency_key is None:
+            return None
+        return f"{self.idempotency_scope}:{self.idempotency_key}"
 
 
 @dataclass(frozen=True)
@@ -140,7 +153,8 @@ class PredictionService:
     ) -> tuple[Job, bool]:
         """Route and store a new prediction; ``(job, created)``.
 
-        ``target`` names the endpoint (it is part of the idempotency fingerprint).
+        ``target`` names the endpoint. It, the body and the ``Cancel-After`` deadline make
+        the idempotency fingerprint: the same key with any of them different is a conflict.
 
         Raises
         ------
@@ -151,9 +165,13 @@ class PredictionService:
         Conflict
             The idempotency key was used for another request.
         """
-        fingerprint = _fingerprint(target, request)
-        if options.idempotency_key is not None:
-            existing = await self._store.find_idempotent(options.idempotency_key, fingerprint)
+        key = options.stored_idempotency_key
+        fingerprint = _fingerprint(target, request, options.cancel_after_s)
+        if key is not None:
+            try:
+                existing = await self._store.find_idempotent(key, fingerprint)
+            except Conflict:
+                raise _reused_key(options) from None
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
@@ -165,37 +183,44 @@ class PredictionService:
         deadline = (
             now + timedelta(seconds=options.cancel_after_s) if options.cancel_after_s else None
         )
-        job, created = await self._store.create(
-            NewJob(
-                id=job_id,
-                model=routed.model,
-                version=routed.version,
-                deployment=routed.deployment,
-                route=routed.key,
-                provider=routed.provider,
-                input=request.input,
-                callback_token=ids.callback_token(),
-                webhook=webhook,
-                webhook_events_filter=events,
-                deadline=deadline,
-                stream=request.stream,
-                idempotency_key=options.idempotency_key,
-                request_hash=fingerprint if options.idempotency_key else None,
-                created_at=now,
-            )
+        new = NewJob(
+            id=job_id,
+            model=routed.model,
+            version=routed.version,
+            deployment=routed.deployment,
+            route=routed.key,
+            provider=routed.provider,
+            input=request.input,
+            callback_token=ids.callback_token(),
+            webhook=webhook,
+            webhook_events_filter=events,
+            deadline=deadline,
+            stream=request.stream,
+            idempotency_key=key,
+            request_hash=fingerprint if key else None,
+            created_at=now,
         )
+        try:
+            job, created = await self._store.create(new)
+        except Conflict:
+            raise _reused_key(options) from None
         if created:
             self._notifier.wake("dispatcher")
         return job, created
 
     async def wait(self, job: Job, wait_s: float) -> Job:
-        """The job once terminal, or as it stands after ``wait_s`` seconds."""
+        """The job once terminal, or as it stands after ``wait_s`` seconds.
+
+        The store is read only when the job changed in this process or the watcher
+        (:mod:`gateway.watch`) saw it finish elsewhere, and once at the end: many waiting
+        requests cost one batched query per watcher round, not one query each.
+        """
         deadline = self._clock() + timedelta(seconds=wait_s)
         while not job.state.terminal:
             left = (deadline - self._clock()).total_seconds()
             if left <= 0:
                 break
-            await self._notifier.wait_job(job.id, min(left, 0.5))
+            await self._notifier.wait_job(job.id, left)
             job = await self._store.get(job.id)
         return job
 
@@ -269,8 +294,17 @@ def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:
         raise ContractViolation(f"cursor {cursor!r} is not one this gateway issued") from exc
 
 
-def _fingerprint(target: str, request: CreatePrediction) -> str:
-    body = json.dumps(
-        {"target": target, **request.model_dump(mode="json")}, sort_keys=True, separators=(",", ":")
-    )
+def _fingerprint(target: str, request: CreatePrediction, cancel_after_s: float | None) -> str:
+    fields = {"target": target, **request.model_dump(mode="json")}
+    if cancel_after_s is not None:  # absent otherwise, so older fingerprints still match
+        fields["cancel_after_s"] = cancel_after_s
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _reused_key(options: CreateOptions) -> Conflict:
+    """The 409 for a key reused with another request (naming the key as the app sent it)."""
+    return Conflict(
+        f"Idempotency-Key {options.idempotency_key!r} was already used with a different "
+        "request (body, endpoint or Cancel-After); use a new key for a new prediction"
+    )

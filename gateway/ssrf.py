@@ -299,7 +299,7 @@ class WebhookTargetPolicy:
             is not allow-listed and is, or resolves to, any non-public address
             (loopback, private, link-local incl. 169.254.169.254 and fd00:ec2::254,
             unspecified, multicast, reserved, CGNAT, or a mapped/NAT64/6to4 form of
-            those), or does not resolve at all.
+            those), is not a valid host name (``a..b``), or does not resolve at all.
 
         Notes
         -----
@@ -327,6 +327,10 @@ class WebhookTargetPolicy:
         except OSError as exc:
             raise errors.ContractViolation(
                 f"webhook host {host!r} could not be resolved: {exc}"
+            ) from exc
+        except ValueError as exc:  # UnicodeError from IDNA-encoding the name, NUL, ...
+            raise errors.ContractViolation(
+                f"webhook host {host!r} is not a valid host name: {exc}"
             ) from exc
         if not addresses:
             raise errors.ContractViolation(f"webhook host {host!r} has no addresses")

@@ -20,6 +20,7 @@ import replicate.deployment
 import replicate.model
 import replicate.prediction
 import replicate.version
+import sqlalchemy as sa
 from aiohttp import ClientResponse
 
 from contracts.job import JobState
@@ -29,7 +30,7 @@ from gateway.clock import utcnow
 from gateway.loop import Loop
 from gateway.schema import jobs
 from gateway.store import NewJob
-from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.gateway import TOKEN, VERSION, GatewayHarness
 
 PUBLIC_URL = "https://gateway.test"  # tests/support/gateway.py settings_dict
 STATUSES = {"starting", "processing", "succeeded", "failed", "canceled"}
@@ -311,6 +312,60 @@ async def test_concurrent_creates_with_one_key_make_one_job(gateway: GatewayHarn
     assert [r.job_id for r in gateway.fake.submitted] == [bodies[0]["id"]]
     listed = await ok(await gateway.client.get("/v1/predictions", headers=gateway.headers))
     assert len(listed["results"]) == 1
+
+
+async def test_the_same_key_with_another_cancel_after_is_409(gateway: GatewayHarness):
+    key = {"Idempotency-Key": "k4"}
+    first = await ok(
+        await post(gateway, "/v1/predictions", ECHO, **key, **{"Cancel-After": "5m"}), 201
+    )
+    for same in ("5m", "300", "300s", "0h5m"):  # one deadline, however it is written
+        again = await post(gateway, "/v1/predictions", ECHO, **key, **{"Cancel-After": same})
+        assert (await ok(again, 201))["id"] == first["id"], same
+        assert again.headers.get("Idempotent-Replayed") == "true"
+    for other in ({"Cancel-After": "10m"}, {}):  # another deadline, or none
+        response = await post(gateway, "/v1/predictions", ECHO, **key, **other)
+        assert response.status == 409, await response.text()
+        assert response.content_type == "application/problem+json"
+        detail = (await response.json())["detail"]
+        assert "Idempotency-Key 'k4'" in detail and "Cancel-After" in detail
+    unbounded = await ok(
+        await post(gateway, "/v1/predictions", ECHO, **{"Idempotency-Key": "k5"}), 201
+    )
+    response = await post(
+        gateway, "/v1/predictions", ECHO, **{"Idempotency-Key": "k5", "Cancel-After": "1h"}
+    )
+    assert response.status == 409, await response.text()
+    listed = await ok(await gateway.client.get("/v1/predictions", headers=gateway.headers))
+    assert {p["id"] for p in listed["results"]} == {first["id"], unbounded["id"]}
+
+
+async def test_idempotency_keys_belong_to_the_api_token(make_gateway):
+    other_token = "r8_other_test_token"  # a test value, not a credential
+    gateway = await make_gateway(gateway={"api_tokens": [TOKEN, other_token]})
+    other = {"Authorization": f"Token {other_token}"}
+    key = {"Idempotency-Key": "shared-key"}
+    mine = await ok(await post(gateway, "/v1/predictions", ECHO, **key), 201)
+    theirs_response = await post(gateway, "/v1/predictions", ECHO, **key, **other)
+    theirs = await ok(theirs_response, 201)
+    assert theirs["id"] != mine["id"]
+    assert "Idempotent-Replayed" not in theirs_response.headers
+    # Each token still replays its own prediction, and conflicts only with its own.
+    again = await post(gateway, "/v1/predictions", ECHO, **key, **other)
+    assert (await ok(again, 201))["id"] == theirs["id"]
+    other_body = {"version": VERSION, "input": {"prompt": "something else"}}
+    assert (await post(gateway, "/v1/predictions", other_body, **key, **other)).status == 409
+    again = await post(gateway, "/v1/predictions", ECHO, **key)
+    assert (await ok(again, 201))["id"] == mine["id"]
+    # The longest key accepted still fits the store's column once scoped.
+    longest = {"Idempotency-Key": "k" * 238}
+    first = await ok(await post(gateway, "/v1/predictions", ECHO, **longest), 201)
+    again = await post(gateway, "/v1/predictions", ECHO, **longest)
+    assert (await ok(again, 201))["id"] == first["id"]
+    async with gateway.store.engine.connect() as conn:
+        stored = (await conn.execute(sa.select(jobs.c.idempotency_key))).scalars().all()
+    assert all(TOKEN not in k and other_token not in k and len(k) <= 255 for k in stored)
+    assert len(set(stored)) == 3
 
 
 # --- Cancel-After ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ appeared and that nothing was submitted to the provider.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -230,10 +231,54 @@ async def test_a_bad_cancel_after_is_422(gateway: GatewayHarness):
         await rejected_create(gateway, GOOD, 422, mentions="Cancel-After", **headers)
 
 
+async def test_a_cancel_after_with_thousands_of_digits_is_422_not_500(gateway: GatewayHarness):
+    # int() refuses more than 4300 digits; such a value is as infinite as "1e999".
+    for value in ("9" * 4301 + "h", "9" * 4301 + "m", "9" * 400 + "h", "1" * 4301):
+        await rejected_create(
+            gateway, GOOD, 422, mentions="Cancel-After", **{"Cancel-After": value}
+        )
+
+
 async def test_an_overlong_idempotency_key_is_422(gateway: GatewayHarness):
-    await rejected_create(
-        gateway, GOOD, 422, mentions="Idempotency-Key", **{"Idempotency-Key": "k" * 256}
-    )
+    # 238 = the store's 255 characters less the token scope ("<16 hex>:").
+    for key in ("k" * 239, "k" * 256):
+        await rejected_create(
+            gateway, GOOD, 422, mentions="238 characters", **{"Idempotency-Key": key}
+        )
+
+
+async def post_raw_header(gateway: GatewayHarness, name: bytes, value: bytes) -> dict[str, Any]:
+    """POST a good create with one header sent as raw bytes (aiohttp's client would
+    refuse or re-encode it); return the answer's status and body."""
+    server = gateway.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    body = json.dumps(GOOD).encode()
+    head = [
+        b"POST /v1/predictions HTTP/1.1",
+        b"Host: gateway.test",
+        f"Authorization: Bearer {TOKEN}".encode(),
+        b"Content-Type: application/json",
+        f"Content-Length: {len(body)}".encode(),
+        b"Connection: close",
+        name + b": " + value,
+    ]
+    writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+    answer = await reader.read()
+    writer.close()
+    status_line, _, rest = answer.partition(b"\r\n")
+    headers, _, payload = rest.partition(b"\r\n\r\n")
+    assert b"application/problem+json" in headers, headers
+    return {"status": int(status_line.split()[1]), **json.loads(payload)}
+
+
+async def test_an_idempotency_key_that_is_not_printable_ascii_is_422(gateway: GatewayHarness):
+    before = await footprint(gateway)
+    # (aiohttp itself answers 400 to NUL and DEL in a header)
+    for raw in (b"k\xff", "\u00e9t\u00e9".encode(), b"a\tb"):
+        found = await post_raw_header(gateway, b"Idempotency-Key", raw)
+        assert found["status"] == 422, (raw, found)
+        assert "printable ASCII" in found["detail"]
+    assert await footprint(gateway) == before
 
 
 # --- webhook targets refused by the SSRF guard --------------------------------------------
@@ -260,6 +305,28 @@ async def test_a_webhook_refused_by_the_ssrf_guard_is_422(gateway: GatewayHarnes
 async def test_a_webhook_that_is_not_an_http_url_is_422(gateway: GatewayHarness):
     for url in ("ftp://127.0.0.1/x", "/relative", "not a url"):
         await rejected_create(gateway, {**GOOD, "webhook": url}, 422, mentions="webhook")
+
+
+async def test_a_webhook_host_that_is_not_a_valid_name_is_422(gateway: GatewayHarness):
+    # Refused while IDNA-encoding the name, before any DNS query.
+    for url in ("https://a..b/", f"https://{'a' * 64}.example/"):
+        await rejected_create(
+            gateway, {**GOOD, "webhook": url}, 422, mentions="not a valid host name"
+        )
+
+
+async def test_a_webhook_with_control_characters_or_spaces_is_422(gateway: GatewayHarness):
+    # PostgreSQL cannot store NUL in text; none of these is a URL anyone can deliver to.
+    for url in (
+        "https://hooks.example/\u0000",
+        "https://hooks\u0000.example/",
+        "https://hooks.example/a b",
+        "https://hooks.example/\r\nX-Injected: 1",
+        "https://hooks.example/\u0085",
+        "https://hooks.example/x\t",
+    ):
+        for field in ("webhook", "webhook_completed"):
+            await rejected_create(gateway, {**GOOD, field: url}, 422, mentions="control")
 
 
 # --- authentication -----------------------------------------------------------------------

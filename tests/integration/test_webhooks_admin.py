@@ -74,6 +74,19 @@ async def test_admin_tokens_and_api_tokens_do_not_mix(admin_gateway: GatewayHarn
     assert (await client.get("/admin/webhooks/dead", headers=ADMIN)).status == 200
 
 
+async def test_an_admin_token_that_is_not_utf8_is_401(admin_gateway: GatewayHarness) -> None:
+    server = admin_gateway.client.server
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(
+        b"GET /admin/webhooks/dead HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n"
+        b"Authorization: Bearer adm_\xff\r\n\r\n"
+    )
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 401 "), answer
+    assert b"application/problem+json" in answer
+
+
 # --- list, show, replay ------------------------------------------------------------------------
 
 
@@ -159,6 +172,34 @@ async def test_replay_re_enables_an_endpoint_disabled_by_410(
     assert (await admin(gateway, "GET", "/admin/webhooks/endpoints"))[1]["results"] == []
 
 
+async def test_odd_event_ids_and_out_of_range_times_are_4xx_not_500(
+    admin_gateway: GatewayHarness,
+) -> None:
+    # "²" passes str.isdigit() but not int(); an Arabic-Indic 1 passes both (and is not
+    # event 1); NUL is refused by PostgreSQL.
+    for ref in ("%C2%B2", "%D9%A1", "0" * 5000, "9" * 5000, "msg_%00", "%00", "msg_"):
+        response = await admin_gateway.client.get(f"/admin/webhooks/dead/{ref}", headers=ADMIN)
+        assert response.status == 404, (ref, await response.text())
+        assert response.content_type == "application/problem+json"
+        response = await admin_gateway.client.post(
+            f"/admin/webhooks/dead/{ref}/replay", headers=ADMIN
+        )
+        assert response.status == 404, (ref, await response.text())
+    for when in OUT_OF_RANGE_TIMES:
+        for name in ("since", "until"):
+            status, problem = await admin(
+                admin_gateway, "GET", "/admin/webhooks/dead", params={name: when}
+            )
+            assert status == 422 and "out of range" in problem["detail"], (name, when, problem)
+        status, problem = await admin(
+            admin_gateway, "POST", "/admin/webhooks/dead/replay", json={"since": when}
+        )
+        assert status == 422 and "out of range" in problem["detail"], (when, problem)
+
+
+OUT_OF_RANGE_TIMES = ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00")
+
+
 # --- the commands -------------------------------------------------------------------------------
 
 
@@ -214,3 +255,26 @@ async def test_webhooks_commands_list_and_replay_dead_events(
     assert code == 2 and "an ID or --since" in err
     code, _, err = await cutover(config, "list-dead", "--since", "not-a-time")
     assert code == 1 and "ISO 8601" in err
+
+
+async def test_webhooks_commands_report_bad_input_in_one_line(
+    admin_gateway: GatewayHarness, database_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "cutover.toml"
+    config.write_text(tomli_w.dumps(settings_dict(database_url, str(tmp_path / "assets"))))
+    for args in (
+        *(("list-dead", "--since", when) for when in OUT_OF_RANGE_TIMES),
+        *(("list-dead", "--until", when) for when in OUT_OF_RANGE_TIMES),
+        ("replay", "--since", OUT_OF_RANGE_TIMES[0]),
+        ("show", "²"),
+        ("replay", "9" * 5000),
+    ):
+        code, out, err = await cutover(config, *args)
+        assert code == 1 and out == "", (args, out, err)
+        assert err.startswith("cutover: ") and err.count("\n") == 1, (args, err)
+    unreachable = settings_dict(
+        "postgresql+asyncpg://postgres@127.0.0.1:1/none", str(tmp_path / "x")
+    )
+    config.write_text(tomli_w.dumps(unreachable))
+    code, _, err = await cutover(config, "list-dead")
+    assert code == 1 and err.count("\n") == 1 and "is the database up" in err, err

@@ -134,6 +134,23 @@ def test_parse_time_names_the_bad_argument() -> None:
         parse_time("yesterday", "--since")
 
 
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_parse_time_out_of_range_in_utc_is_a_contract_violation(text: str) -> None:
+    with pytest.raises(ContractViolation, match=r"--until .* is out of range"):
+        parse_time(text, "--until")
+
+
+def test_any_cutover_error_is_one_line_and_status_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(path: object) -> None:
+        raise ContractViolation("not like that")
+
+    monkeypatch.setattr(cli, "load_settings", refuse)
+    assert cli.main(["check"]) == 2
+    assert capsys.readouterr().err == "cutover: not like that\n"
+
+
 def test_replay_command_needs_exactly_one_target(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["webhooks", "replay"], ["webhooks", "replay", "7", "--since", "2026-01-01"]):
         with pytest.raises(SystemExit) as exited:

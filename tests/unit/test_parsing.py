@@ -122,6 +122,15 @@ def test_cancel_after_hms_sums_its_parts(h: int, m: int, s: int):
         assert parse_cancel_after(header) == total
 
 
+@pytest.mark.parametrize("digits", [400, 4301])
+def test_cancel_after_too_large_for_a_float_is_refused_not_a_crash(digits: int):
+    # int() refuses over 4300 digits and float(int) overflows: like "1e999", not finite.
+    for unit in ("h", "m", "s", ""):
+        with pytest.raises(ContractViolation, match="not a finite duration"):
+            parse_cancel_after("9" * digits + unit, 3600.0)
+    assert parse_cancel_after("9" * 300 + "h", 3600.0) == 3600.0  # huge but finite: capped
+
+
 def test_cancel_after_is_capped_by_max_s():
     assert parse_cancel_after("10h", 1800.0) == 1800.0
     assert parse_cancel_after("10m", 1800.0) == 600.0

@@ -162,6 +162,20 @@ async def test_malformed_urls_are_refused(url: str, match: str) -> None:
         await guard.check_url(url)
 
 
+class UnencodableResolver:
+    """Fails as ``getaddrinfo`` does on a name IDNA cannot encode (``a..b``)."""
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        return [str(host.encode("idna"))]
+
+
+@pytest.mark.parametrize("host", ["a..b", "a" * 64 + ".example"])
+async def test_a_host_name_that_cannot_be_encoded_is_a_contract_violation(host: str) -> None:
+    guard = ssrf.WebhookTargetPolicy([], resolver=UnencodableResolver())
+    with pytest.raises(errors.ContractViolation, match=f"'{host}' is not a valid host name"):
+        await guard.check_url(f"https://{host}/hook")
+
+
 async def test_cidr_entries_allow_literal_addresses_in_range_only() -> None:
     guard = policy(["10.1.0.0/16", "[fd12::1]"], {"inside.example": ["10.1.2.3"]})
     await guard.check_url("http://10.1.2.3:8080/hook")
