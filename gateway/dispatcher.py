@@ -145,7 +145,7 @@ class Dispatcher(Loop):
             )
             await provider.adapter.cancel(ref)
             return
-        self._notifier.job_changed(job.id)
+        self._notifier.job_changed(job.id, updated)
         log.info("job_submitted", extra={"job_id": job.id, "provider": provider.name})
 
     async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
@@ -155,4 +155,3 @@ class Dispatcher(Loop):
         await self._store.defer(
             job.id, next_attempt_at=self._clock() + timedelta(seconds=delay), raw_status=why
         )
-        self._notifier.job_changed(job.id)

@@ -102,7 +102,7 @@ class Finalizer:
             done = await self._store.finish(
                 job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
             )
-        self._notifier.job_changed(job.id)
+        self._notifier.job_changed(job.id, done)
         self._notifier.wake("dispatcher")  # a provider slot may have freed
         self._notifier.wake("delivery")
         if done is None:

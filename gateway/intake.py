@@ -225,5 +225,5 @@ class EventProcessor(Loop):
             job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
         )
         if updated is not None:
-            self._notifier.job_changed(job.id)
+            self._notifier.job_changed(job.id, updated)
             self._notifier.wake("delivery")

@@ -1,7 +1,9 @@
 """In-process wake-ups: "job X changed", "work is waiting".
 
-Waiters still re-read the store (another gateway process may have made the change); a
-wake-up only shortens the wait.
+A change made in this process hands waiters the changed job itself, so a thousand
+``Prefer: wait`` requests on one prediction cost no store reads; a wake-up without the
+job (from :mod:`gateway.watch`, for changes made by another process) asks the waiter to
+read the store once.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import asyncio
 import contextlib
 from collections import defaultdict
 
+from contracts.job import Job
+
 __all__ = ["Notifier"]
 
 
@@ -17,24 +21,33 @@ class Notifier:
     """Per-job change events plus named work signals for background loops."""
 
     def __init__(self) -> None:
-        self._jobs: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._jobs: defaultdict[str, set[asyncio.Future[Job | None]]] = defaultdict(set)
         self._work: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
 
-    def job_changed(self, job_id: str) -> None:
-        """Wake everyone waiting on ``job_id``."""
-        for event in self._jobs.get(job_id, ()):
-            event.set()
+    def job_changed(self, job_id: str, job: Job | None = None) -> None:
+        """Wake everyone waiting on ``job_id``, handing them ``job`` when it is known."""
+        for waiter in self._jobs.get(job_id, ()):
+            if not waiter.done():
+                waiter.set_result(job)
 
-    async def wait_job(self, job_id: str, timeout_s: float) -> None:
-        """Return when ``job_id`` changes or after ``timeout_s`` seconds."""
-        event = asyncio.Event()
-        self._jobs[job_id].add(event)
+    async def wait_job(self, job_id: str, timeout_s: float) -> tuple[bool, Job | None]:
+        """Wait until ``job_id`` changes or ``timeout_s`` seconds pass.
+
+        Returns
+        -------
+        tuple[bool, Job or None]
+            ``(True, job)`` when woken (``job`` is None if the waker did not have it: read
+            the store), ``(False, None)`` on timeout.
+        """
+        waiter: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
+        self._jobs[job_id].add(waiter)
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout_s)
+            return True, await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            return False, None
         finally:
             waiters = self._jobs[job_id]
-            waiters.discard(event)
+            waiters.discard(waiter)
             if not waiters:
                 del self._jobs[job_id]
 

@@ -100,7 +100,7 @@ class Poller(Loop):
             job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
         )
         if updated is not None:
-            self._notifier.job_changed(job.id)
+            self._notifier.job_changed(job.id, updated)
         await self._store.release(job.id, next_attempt_at=self._next(job, provider))
 
     async def _lost_for_good(self, job: Job, provider: Provider) -> bool:

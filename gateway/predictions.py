@@ -211,8 +211,8 @@ class PredictionService:
     async def wait(self, job: Job, wait_s: float) -> Job:
         """The job once terminal, or as it stands after ``wait_s`` seconds.
 
-        The store is read only when the job changed in this process or the watcher
-        (:mod:`gateway.watch`) saw it finish elsewhere, and once at the end: many waiting
+        The store is read only when the watcher (:mod:`gateway.watch`) saw the job finish
+        in another process; changes made here arrive with the job itself. Many waiting
         requests cost one batched query per watcher round, not one query each.
         """
         deadline = self._clock() + timedelta(seconds=wait_s)
@@ -220,8 +220,10 @@ class PredictionService:
             left = (deadline - self._clock()).total_seconds()
             if left <= 0:
                 break
-            await self._notifier.wait_job(job.id, left)
-            job = await self._store.get(job.id)
+            woken, changed = await self._notifier.wait_job(job.id, left)
+            if not woken:
+                break
+            job = changed if changed is not None else await self._store.get(job.id)
         return job
 
     async def get(self, job_id: str) -> Job:
