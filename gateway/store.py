@@ -465,6 +465,10 @@ class JobStore:
             await self._planner.write(conn, old, new, now)
             return new
 
+    async def _select(self, query: sa.Select[Any]) -> list[Job]:
+        async with self._engine.connect() as conn:
+            return [_job(row) for row in await conn.execute(query)]
+
     async def _locked(self, conn: AsyncConnection, job_id: str) -> Job | None:
         row = (
             await conn.execute(sa.select(jobs).where(jobs.c.id == job_id).with_for_update())
@@ -558,8 +562,7 @@ class JobStore:
             )
             .limit(limit)
         )
-        async with self._engine.connect() as conn:
-            return [_job(row) for row in await conn.execute(query)]
+        return await self._select(query)
 
     async def submitted_to_cancel(self, resend_before: datetime, limit: int) -> list[Job]:
         """Submitted active jobs that need a provider cancel (again).
@@ -580,8 +583,7 @@ class JobStore:
             )
             .limit(limit)
         )
-        async with self._engine.connect() as conn:
-            return [_job(row) for row in await conn.execute(query)]
+        return await self._select(query)
 
     async def overdue(
         self, *, cancel_before: datetime, created_before: datetime, limit: int
@@ -604,5 +606,4 @@ class JobStore:
             )
             .limit(limit)
         )
-        async with self._engine.connect() as conn:
-            return [_job(row) for row in await conn.execute(query)]
+        return await self._select(query)
