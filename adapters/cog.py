@@ -56,8 +56,10 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -75,7 +77,8 @@ from contracts.job import JobState
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
 
 __all__ = [
-    "EVENTS_FILTER", "LOST_ERROR", "PROBE_INPUT", "STATUS_MAP", "CogAdapter", "map_status"
+    "EVENTS_FILTER", "LOST_ERROR", "PROBE_INPUT", "RESTART_ERROR", "STATUS_MAP", "CogAdapter",
+    "map_status",
 ]
 
 # Cog retries a terminal webhook 12 times, 0.1 s x 2^n apart capped at 102.4 s, each
@@ -102,6 +105,7 @@ EVENTS_FILTER = ("start", "output", "logs", "completed")
 PROBE_INPUT = "cutover-watchdog-probe"
 
 LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost"
+RESTART_ERROR = "the provider restarted while the prediction ran; its outcome was lost"
 
 _RESPOND_ASYNC = {"Prefer": "respond-async"}
 _BUSY_CODES = frozenset({409, 429, 503})  # at capacity, too many streams, setup unfinished
@@ -238,14 +242,29 @@ class CogAdapter:
         if code == httpx.codes.CONFLICT or (
             code == httpx.codes.UNPROCESSABLE_ENTITY and _refuses_input(response)
         ):
-            return self._lost(job_id, "probe refused")  # (d), or (c) with a schema
+            # (d), or (c) with a schema
+            return self._lost(job_id, "probe refused", await self._restarted_since(ref))
         _raise_for_status(self.name, "fetch", response)
         prediction = _prediction(self.name, response)
         if not prediction.forgotten:
             return prediction.snapshot()
         with contextlib.suppress(CutoverError):  # a safety net: it fails on its own
             await self.cancel(ref)
-        return self._lost(job_id, "probe created")
+        return self._lost(job_id, "probe created", await self._restarted_since(ref))
+
+    async def _restarted_since(self, ref: ProviderRef) -> bool:
+        """Whether the server set itself up again after ``ref`` was submitted (§1.8:
+        ``/health-check`` reports ``setup.started_at``). A restarted Cog has forgotten
+        its in-flight predictions for good and will never send their webhooks. Any doubt
+        (no submission time, no answer, no timestamp) answers False."""
+        if ref.submitted_at is None:
+            return False
+        try:
+            response = await self._client.get("/health-check")
+            started = _timestamp(response.json()["setup"]["started_at"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return False
+        return started is not None and started > ref.submitted_at
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /predictions/{id}/cancel`` (§1.7).
@@ -334,16 +353,26 @@ class CogAdapter:
                 f"{self.name}: {action} {job_id} failed: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _lost(self, job_id: str, how: str) -> ProviderSnapshot:
+    def _lost(self, job_id: str, how: str, restarted: bool = False) -> ProviderSnapshot:
         _log.warning(
             "Cog no longer knows this prediction",
             extra={"event": "cog.prediction_lost", "job_id": job_id, "provider": self.name,
-                   "how": how},
+                   "how": how, "restarted": restarted},
         )
         return ProviderSnapshot(
             provider_job_id=job_id, state=JobState.FAILED, raw_status="lost",
-            error=LOST_ERROR, lost=True,
+            error=RESTART_ERROR if restarted else LOST_ERROR, lost=True,
+            provider_restarted=restarted,
         )
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An RFC 3339 time as Cog writes it (nanoseconds, ``+00:00``), timezone-aware."""
+    if not isinstance(value, str):
+        return None
+    trimmed = re.sub(r"(\.\d{6})\d+", r"\1", value.strip()).replace("Z", "+00:00")
+    parsed = datetime.fromisoformat(trimmed)
+    return parsed if parsed.tzinfo is not None else None
 
 
 def _path(job_id: str) -> str:

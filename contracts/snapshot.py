@@ -54,6 +54,7 @@ class ProviderRef(BaseModel):
     provider_job_id: str
     input: dict[str, Any] = Field(default_factory=dict)
     webhook_url: str | None = None
+    submitted_at: datetime | None = None
 
 
 class ProviderSnapshot(BaseModel):
@@ -75,6 +76,9 @@ class ProviderSnapshot(BaseModel):
         Provider metrics; ``predict_time`` in seconds when known.
     lost : bool
         True when the provider no longer knows the job and cannot report its outcome.
+    provider_restarted : bool
+        With ``lost``: the provider restarted after the job was submitted, so no late
+        webhook can still bring the outcome (no grace period applies).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -87,6 +91,7 @@ class ProviderSnapshot(BaseModel):
     error: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     lost: bool = False
+    provider_restarted: bool = False
 
 
 class Capabilities(BaseModel):

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from contracts.errors import CapabilityMissing, CutoverError
 from contracts.job import Job, JobState
-from contracts.snapshot import ProviderRef
+from contracts.snapshot import ProviderRef, ProviderSnapshot
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
@@ -35,7 +35,7 @@ def provider_ref(job: Job, callback_url: str | None = None) -> ProviderRef:
     assert job.provider_job_id is not None
     return ProviderRef(
         job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
-        webhook_url=callback_url,
+        webhook_url=callback_url, submitted_at=job.submitted_at,
     )
 
 
@@ -90,7 +90,7 @@ class Poller(Loop):
             log.warning("fetch_for_another_job", extra={"job_id": job.id, "provider": job.provider})
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
             return
-        if snapshot.lost and not await self._lost_for_good(job, provider):
+        if snapshot.lost and not await self._lost_for_good(job, provider, snapshot):
             return
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
@@ -103,7 +103,9 @@ class Poller(Loop):
             self._notifier.job_changed(job.id, updated)
         await self._store.release(job.id, next_attempt_at=self._next(job, provider))
 
-    async def _lost_for_good(self, job: Job, provider: Provider) -> bool:
+    async def _lost_for_good(
+        self, job: Job, provider: Provider, snapshot: ProviderSnapshot
+    ) -> bool:
         """Whether a job the provider no longer knows may be failed now.
 
         Not while provider events for it wait to be applied (it finished; they say how),
@@ -113,6 +115,8 @@ class Poller(Loop):
         if await self._store.has_unprocessed_events(job.id):
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
             return False
+        if snapshot.provider_restarted:
+            return True  # its webhooks died with it: nothing can still arrive
         lost_at = job.lost_at or await self._store.mark_lost(job.id)
         until = lost_at + timedelta(seconds=provider.adapter.capabilities.lost_grace_s)
         now = self._clock()

@@ -51,6 +51,8 @@ class CogServer:
         ``SSL_CERT_FILE``.
     python : str
         The interpreter to run; its directory goes first on ``PATH``.
+    port : int or None
+        The port to listen on (to restart a server where it was); a free one if None.
 
     Use as a context manager (start, wait until READY, stop), or call :meth:`start`,
     :meth:`wait_ready` and :meth:`stop` yourself.
@@ -62,9 +64,10 @@ class CogServer:
         *,
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        port: int | None = None,
     ) -> None:
         self.model_dir = Path(model_dir)
-        self.port: int | None = None
+        self.port: int | None = port
         self._extra_env = dict(env or {})
         self._python = python
         self._proc: subprocess.Popen[bytes] | None = None
@@ -90,7 +93,7 @@ class CogServer:
         self._workdir = Path(tempfile.mkdtemp(prefix="cutover-cog-"))
         tmp = self._workdir / "tmp"
         tmp.mkdir()
-        self.port = _free_port()
+        self.port = self.port or _free_port()
         bin_dir = str(Path(self._python).parent)
         env = {
             **os.environ,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -457,3 +458,43 @@ async def test_parse_webhook_of_any_body_returns_a_snapshot_or_raises_contract_v
     assert snapshot.provider_job_id == decoded["id"]
     assert snapshot.raw_status == decoded["status"]
     assert snapshot.state is cog.map_status(decoded["status"])
+
+
+# --- restart detection -----------------------------------------------------------------------
+
+SUBMITTED = REF.model_copy(update={"submitted_at": datetime(2026, 11, 29, 16, 0, tzinfo=UTC)})
+
+
+def health(started_at: str) -> httpx.Response:
+    return reply(200, {"status": "READY", "setup": {"started_at": started_at}})
+
+
+@pytest.mark.parametrize(
+    ("started_at", "restarted"),
+    [
+        ("2026-11-29T16:05:00.123456789+00:00", True),  # set up again after the submit
+        ("2026-11-29T15:55:00.987654321+00:00", False),  # the same server as at submit
+        ("not a time", False),
+    ],
+)
+async def test_a_lost_probe_tells_whether_cog_restarted_since_the_submit(
+    make, started_at: str, restarted: bool
+):
+    upstream = Upstream(reply(409, {"error": "At capacity"}), health(started_at))
+    snapshot = await make(upstream).fetch(SUBMITTED)
+    assert snapshot.lost and snapshot.provider_restarted is restarted
+    assert snapshot.error == (cog.RESTART_ERROR if restarted else cog.LOST_ERROR)
+    assert upstream.requests[1].url.path == "/health-check"
+
+
+async def test_without_a_submission_time_no_restart_is_claimed(make):
+    upstream = Upstream(reply(409, {"error": "At capacity"}))
+    snapshot = await make(upstream).fetch(REF)
+    assert snapshot.lost and not snapshot.provider_restarted
+    assert len(upstream.requests) == 1
+
+
+async def test_an_unreachable_health_check_claims_no_restart(make):
+    upstream = Upstream(reply(409, {"error": "At capacity"}), httpx.ConnectError("down"))
+    snapshot = await make(upstream).fetch(SUBMITTED)
+    assert snapshot.lost and not snapshot.provider_restarted
