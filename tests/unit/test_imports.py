@@ -1,0 +1,39 @@
+"""Every module imports on its own, in a fresh interpreter, with warnings as errors
+(STYLE.md rule 1): no import-time I/O, no hidden import cycles, no deprecations."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("contracts", "adapters", "gateway", "shadow")
+
+
+def modules() -> list[str]:
+    found = []
+    for package in PACKAGES:
+        found.append(package)
+        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+            if ".migrations.versions." not in info.name and not info.name.endswith(".env"):
+                found.append(info.name)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_module_imports_alone_with_warnings_as_errors(package: str):
+    names = [m for m in modules() if m == package or m.startswith(f"{package}.")]
+    script = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    for name in names:
+        result = subprocess.run(  # a fresh interpreter per module
+            [sys.executable, "-W", "error", "-c", script, name],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, f"{name}:\n{result.stderr[-2000:]}"
