@@ -252,6 +252,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         owner=app[OWNER],
         lease_s=settings.gateway.lease_s + hooks.timeout_s,
         max_concurrency=hooks.max_concurrency,
+        max_per_host=hooks.max_per_host,
         interval_s=settings.gateway.loop_interval_s,
         metrics=app[keys.METRICS],
     )

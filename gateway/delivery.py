@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -121,6 +122,9 @@ class Delivery(Loop):
         How long a claim holds a row, in seconds; more than one attempt's timeout.
     max_concurrency : int
         Attempts in flight at once.
+    max_per_host : int, optional
+        Attempts in flight at once to one receiving host, so that slow receivers cannot
+        hold every slot and delay other apps' webhooks (default: ``max_concurrency``).
     interval_s : float
         Idle wait between rounds, in seconds.
     clock, rng
@@ -143,6 +147,7 @@ class Delivery(Loop):
         lease_s: float,
         max_concurrency: int,
         interval_s: float,
+        max_per_host: int | None = None,
         clock: Clock = utcnow,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
@@ -156,6 +161,8 @@ class Delivery(Loop):
         self._owner = owner
         self._lease = timedelta(seconds=lease_s)
         self._max_concurrency = max_concurrency
+        self._max_per_host = max_per_host or max_concurrency
+        self._busy_hosts: Counter[str] = Counter()
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
@@ -228,11 +235,12 @@ class Delivery(Loop):
         """
         now = self._clock()
         async with self._engine.begin() as conn:
-            picked = (await conn.execute(_due(now, limit))).all()
+            # Over-fetch, so rows for hosts at their per-host limit can be passed over.
+            picked = (await conn.execute(_due(now, limit * 4))).all()
             if not picked:
                 return [], 0
             settled = await self._settle_unsendable(conn, picked, now)
-            ids = [r.id for r in picked if r.id not in settled]
+            ids = self._fair_share([r for r in picked if r.id not in settled], limit)
             if not ids:
                 return [], len(settled)
             rows = await conn.execute(
@@ -247,6 +255,21 @@ class Delivery(Loop):
                 .returning(*table.c)
             )
             return sorted(rows, key=lambda r: r.id), len(settled)
+
+    def _fair_share(self, candidates: list[_Row], limit: int) -> list[int]:
+        """Up to ``limit`` row ids, oldest due first, at most ``max_per_host`` in flight
+        per receiving host (counting the attempts this process already has running)."""
+        busy = Counter(self._busy_hosts)
+        chosen: list[int] = []
+        for row in candidates:
+            if len(chosen) == limit:
+                break
+            host = _host(row.url)
+            if busy[host] >= self._max_per_host:
+                continue
+            busy[host] += 1
+            chosen.append(row.id)
+        return chosen
 
     async def _settle_unsendable(
         self, conn: AsyncConnection, picked: list[_Row], now: datetime
@@ -274,12 +297,18 @@ class Delivery(Loop):
     # --- one attempt ------------------------------------------------------------------------
 
     async def _attempt_guarded(self, row: _Row) -> None:
+        host = _host(row.url)
+        self._busy_hosts[host] += 1
         try:
             await self.attempt(row)
         except asyncio.CancelledError:
             raise
         except Exception:  # one attempt's boundary: the lease expires, the row comes back
             log.exception("webhook_attempt_crashed", extra={"job_id": row.job_id})
+        finally:
+            self._busy_hosts[host] -= 1
+            if self._busy_hosts[host] <= 0:
+                del self._busy_hosts[host]
 
     async def attempt(self, row: _Row) -> Decision:
         """POST one leased row, record the outcome, and return the decision."""
@@ -361,6 +390,7 @@ def _due(now: datetime, limit: int) -> sa.Select[Any]:
     return (
         sa.select(
             table.c.id,
+            table.c.url,
             table.c.job_id,
             table.c.msg_id,
             table.c.event,
@@ -399,6 +429,14 @@ async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
         .values(status=outbox.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
     )
     log.warning("webhook_endpoint_disabled", extra={"host": URL(url).host})
+
+
+def _host(url: str) -> str:
+    """The receiving host of a webhook URL (lower case; the whole URL if unparsable)."""
+    try:
+        return (URL(url).host or url).lower()
+    except ValueError:
+        return url
 
 
 def _log_outcome(row: _Row, result: Attempt, decision: Decision, recorded: bool) -> None:

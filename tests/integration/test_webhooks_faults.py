@@ -195,3 +195,33 @@ async def test_a_receiver_error_page_is_a_failure_not_a_delivery(
     secret = (await (await gateway.client.get(
         "/v1/webhooks/default/secret", headers=gateway.headers)).json())["key"]  # fmt: skip
     validate_with_replicate(receiver.received[0], secret)
+
+
+async def test_slow_receivers_cannot_hold_every_delivery_slot(make_gateway: Any) -> None:
+    gateway = await make_gateway(
+        webhooks={
+            "allow_hosts": ["127.0.0.1", "127.0.0.2"],
+            "max_concurrency": 4,
+            "max_per_host": 2,
+            "timeout_s": 30,
+        }
+    )
+    held = asyncio.Event()
+    async with Receiver() as slow, Receiver(host="127.0.0.2") as fast:
+        slow.decide = lambda received: Reply(gate=held)  # never answers until released
+        slow_jobs = [await start_job(gateway, slow.url(f"/s{i}"), ["completed"]) for i in range(6)]
+        fast_job = await start_job(gateway, fast.url(), ["completed"])
+        for job_id in [*slow_jobs, fast_job]:
+            await finish(gateway, job_id)
+        loop = delivery_loop(gateway)
+        task = asyncio.create_task(loop.run())
+        try:
+            (got,) = await fast.wait_for(1)
+            assert got.payload["id"] == fast_job
+            await slow.wait_for(2)  # max_per_host attempts held...
+            assert await loop.claim(4) == ([], 0)  # ...and the other four passed over
+            assert len(slow.received) == 2
+        finally:
+            held.set()
+            loop.stop()
+            await asyncio.wait_for(task, 30)
