@@ -30,7 +30,7 @@ from gateway.admin import create_admin_app
 from gateway.assets import OutputCopier
 from gateway.clock import utcnow
 from gateway.config import Settings
-from gateway.dispatcher import Dispatcher, callback_url
+from gateway.dispatcher import Dispatcher
 from gateway.finalizer import Finalizer
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop
@@ -224,7 +224,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             ),
         ),
         EventProcessor(**common, owner=app[OWNER], lease_s=gw.lease_s),
-        Poller(**common, callback_url=lambda job, token: callback_url(base, job, token)),
+        Poller(**common),
         Reaper(
             **common,
             cancel_grace_s=gw.cancel_grace_s,

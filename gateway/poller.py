@@ -30,12 +30,12 @@ __all__ = ["Poller", "provider_ref"]
 log = logging.getLogger(__name__)
 
 
-def provider_ref(job: Job, callback_url: str | None = None) -> ProviderRef:
+def provider_ref(job: Job) -> ProviderRef:
     """How to address ``job`` upstream again."""
     assert job.provider_job_id is not None
     return ProviderRef(
         job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
-        webhook_url=callback_url, submitted_at=job.submitted_at,
+        submitted_at=job.submitted_at,
     )
 
 
@@ -51,7 +51,6 @@ class Poller(Loop):
         providers: dict[str, Provider],
         finalizer: Finalizer,
         notifier: Notifier,
-        callback_url: object,
         interval_s: float,
         batch: int = 32,
         clock: Clock = utcnow,
@@ -61,7 +60,6 @@ class Poller(Loop):
         self._store = store
         self._providers = providers
         self._finalizer = finalizer
-        self._callback_url = callback_url
         self._batch = batch
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
@@ -77,8 +75,7 @@ class Poller(Loop):
             await self._store.release(job.id, next_attempt_at=self._next(job, None))
             return
         try:
-            url = await self._url(job)
-            snapshot = await provider.adapter.fetch(provider_ref(job, url))
+            snapshot = await provider.adapter.fetch(provider_ref(job))
         except CapabilityMissing:
             await self._store.release(job.id, next_attempt_at=self._next(job, provider))
             return
@@ -124,13 +121,6 @@ class Poller(Loop):
             return True
         await self._store.release(job.id, next_attempt_at=min(until, self._next(job, provider)))
         return False
-
-    async def _url(self, job: Job) -> str | None:
-        make = self._callback_url
-        token = await self._store.callback_token(job.id)
-        if token is None or not callable(make):
-            return None
-        return str(make(job, token[1]))
 
     def _next(self, job: Job, provider: Provider | None) -> datetime:
         now = self._clock()
