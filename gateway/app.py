@@ -5,7 +5,7 @@ shutdown in reverse order (STYLE.md rules 7, 8): the database engine (migrations
 at start), the provider adapters, the HTTP client for output files, the SSRF-guarded
 HTTP client for outbound webhooks, then the background loops (dispatcher, poller, reaper,
 provider-event processor, webhook delivery). The admin API is a sub-application under
-``/admin`` with its own tokens (:mod:`gateway.admin`).
+``/admin`` with its own tokens (:mod:`gateway.http.admin`).
 """
 
 from __future__ import annotations
@@ -25,28 +25,31 @@ from aiohttp import web
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway import api, db, delivery, keys, public, retry, signing, ssrf
-from gateway.admin import create_admin_app
-from gateway.assets import OutputCopier
 from gateway.clock import utcnow
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
 from gateway.finalizer import Finalizer
+from gateway.http import api, keys
+from gateway.http import ops as public
+from gateway.http.admin import create_admin_app
+from gateway.http.middleware import auth_middleware, problem_middleware
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.middleware import auth_middleware, problem_middleware
 from gateway.notify import Notifier
-from gateway.outbox import Planner
+from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter
 from gateway.reaper import Reaper
 from gateway.routing import Router
-from gateway.schema import secrets
 from gateway.storage import open_storage
-from gateway.store import JobStore
+from gateway.store import db
+from gateway.store.jobs import JobStore
+from gateway.store.outbox import Planner
+from gateway.store.schema import secrets
 from gateway.watch import Watcher
+from gateway.webhooks import delivery, retry, signing, ssrf
 
 __all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "signing_secret"]
 

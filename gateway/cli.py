@@ -28,11 +28,12 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import db, logs
+from gateway import logs
 from gateway.app import create_app
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
-from gateway.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
+from gateway.store import db
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
 
 __all__ = ["main", "readiness_problems"]
 

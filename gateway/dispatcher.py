@@ -22,14 +22,14 @@ from datetime import timedelta
 from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import retry
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.providers import Provider
-from gateway.store import JobStore, Progress
+from gateway.store.jobs import JobStore, Progress
+from gateway.webhooks import retry
 
 __all__ = ["Dispatcher", "callback_url"]
 

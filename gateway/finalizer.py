@@ -3,7 +3,7 @@
 Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
 :meth:`Finalizer.finalize`. It checks the provider job id, copies output files into owned
 storage, then records the terminal state, the asset rows and the ``completed`` outbox
-event in one transaction (:meth:`gateway.store.JobStore.finish`). A call for a job that
+event in one transaction (:meth:`gateway.store.jobs.JobStore.finish`). A call for a job that
 is already terminal is a no-op that returns the stored result.
 """
 
@@ -17,10 +17,10 @@ from sqlalchemy.exc import DBAPIError
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
-from gateway.assets import AssetError, OutputCopier
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
-from gateway.store import JobStore, Outcome
+from gateway.outputs import AssetError, OutputCopier
+from gateway.store.jobs import JobStore, Outcome
 
 __all__ = ["Finalizer"]
 

@@ -32,8 +32,8 @@ from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import Notifier
 from gateway.providers import Provider
-from gateway.schema import provider_events
-from gateway.store import JobStore, Progress
+from gateway.store.jobs import JobStore, Progress
+from gateway.store.schema import provider_events
 
 __all__ = ["EventProcessor", "Intake"]
 

@@ -23,7 +23,7 @@ from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import Notifier
 from gateway.providers import Provider
-from gateway.store import JobStore, Progress
+from gateway.store.jobs import JobStore, Progress
 
 __all__ = ["Poller", "provider_ref"]
 

@@ -21,11 +21,13 @@ from urllib.parse import urlencode
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
-from gateway import ids, ssrf, wire
+from gateway import ids
 from gateway.clock import Clock, utcnow
+from gateway.http import wire
 from gateway.notify import Notifier
 from gateway.routing import Router
-from gateway.store import JobStore, NewJob
+from gateway.store.jobs import JobStore, NewJob
+from gateway.webhooks import ssrf
 
 __all__ = [
     "PAGE_SIZE",

@@ -24,12 +24,12 @@ from contracts.errors import CutoverError
 from contracts.job import Job, JobState
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
+from gateway.http.wire import timestamp
 from gateway.loop import Loop
 from gateway.notify import Notifier
 from gateway.poller import provider_ref
 from gateway.providers import Provider
-from gateway.store import JobStore
-from gateway.wire import timestamp
+from gateway.store.jobs import JobStore
 
 __all__ = ["Reaper"]
 

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from contracts.job import TERMINAL_STATES
 from gateway.loop import Loop
 from gateway.notify import Notifier
-from gateway.schema import jobs
+from gateway.store.schema import jobs
 
 __all__ = ["Watcher"]
 

@@ -28,8 +28,8 @@ from gateway import ids
 from gateway.app import LOOPS
 from gateway.clock import utcnow
 from gateway.loop import Loop
-from gateway.schema import jobs
-from gateway.store import NewJob
+from gateway.store.jobs import NewJob
+from gateway.store.schema import jobs
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness
 
 PUBLIC_URL = "https://gateway.test"  # tests/support/gateway.py settings_dict

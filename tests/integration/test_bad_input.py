@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from aiohttp import ClientResponse
 
 from contracts.job import Job, JobState
-from gateway.schema import jobs, outbox, provider_events
+from gateway.store.schema import jobs, outbox, provider_events
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness
 
 UNROUTED_VERSION = "f" * 64

@@ -12,7 +12,7 @@ from adapters.cog import RESTART_ERROR, CogAdapter
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
 from gateway.app import LOOPS
-from gateway.schema import jobs
+from gateway.store.schema import jobs
 from tests.support.cog_server import CogServer
 from tests.support.fixtures import ECHO_MODEL_DIR
 from tests.support.gateway import VERSION, GatewayHarness

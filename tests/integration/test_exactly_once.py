@@ -23,11 +23,13 @@ import sqlalchemy as sa
 from adapters.fake import FakeAdapter
 from contracts.job import JobState, replicate_status
 from contracts.snapshot import ProviderSnapshot
-from gateway import db, keys, retry
 from gateway.app import _FINALIZER, WEBHOOK_POLICY
-from gateway.delivery import Delivery, open_session, signer_for
+from gateway.http import keys
 from gateway.notify import Notifier
-from gateway.schema import jobs, outbox
+from gateway.store import db
+from gateway.store.schema import jobs, outbox
+from gateway.webhooks import retry
+from gateway.webhooks.delivery import Delivery, open_session, signer_for
 from tests.support.databases import BACKENDS, database_url_for
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
-from gateway import keys
+from gateway.http import keys
 from tests.support.gateway import VERSION, GatewayHarness
 
 

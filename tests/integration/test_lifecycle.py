@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from contracts.job import JobState
 from gateway.app import LOOPS
-from gateway.schema import jobs
+from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 
 

@@ -9,7 +9,7 @@ import hashlib
 import sqlalchemy as sa
 
 from contracts.job import JobState
-from gateway.schema import assets
+from gateway.store.schema import assets
 from tests.support.gateway import VERSION, GatewayHarness
 
 

@@ -20,8 +20,8 @@ import httpx
 import sqlalchemy as sa
 
 from adapters.fake import FakeAdapter
-from gateway import db
-from gateway.schema import jobs, outbox
+from gateway.store import db
+from gateway.store.schema import jobs, outbox
 from tests.support.gateway import TOKEN, VERSION, settings_dict
 from tests.support.process import GatewayProcess, free_port
 from tests.support.receiver import Receiver, Reply

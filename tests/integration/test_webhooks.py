@@ -17,9 +17,9 @@ import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
-from gateway import signing
-from gateway.deadletter import DeadLetters
-from gateway.schema import outbox
+from gateway.store.schema import outbox
+from gateway.webhooks import signing
+from gateway.webhooks.deadletter import DeadLetters
 from tests.support.gateway import GatewayHarness
 from tests.support.outbox import (
     delivery_loop,

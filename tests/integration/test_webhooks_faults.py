@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from contracts.job import JobState
-from gateway.deadletter import DeadLetters
-from gateway.schema import outbox
+from gateway.store.schema import outbox
+from gateway.webhooks.deadletter import DeadLetters
 from tests.support.outbox import delivery_loop, make_due, observe, outbox_rows, start_job
 from tests.support.receiver import Receiver, Reply, validate_with_replicate
 

@@ -18,8 +18,8 @@ import replicate
 import sqlalchemy as sa
 from replicate.prediction import Prediction
 
-from gateway import db
-from gateway.schema import outbox
+from gateway.store import db
+from gateway.store.schema import outbox
 from tests.support.cog_server import CogServer
 from tests.support.databases import BACKENDS
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway

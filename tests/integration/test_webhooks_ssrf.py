@@ -13,9 +13,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from contracts.job import JobState
-from gateway import ssrf
 from gateway.app import WEBHOOK_POLICY, create_app
-from gateway.schema import outbox
+from gateway.store.schema import outbox
+from gateway.webhooks import ssrf
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import observe, outbox_rows, start_job
 from tests.support.receiver import Receiver

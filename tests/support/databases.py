@@ -73,7 +73,7 @@ async def database_url_for(backend: str, tmp_path: Path) -> AsyncIterator[str]:
 
 async def reset_database(url: str) -> None:
     """Empty every table of a migrated PostgreSQL database (keeps the schema)."""
-    from gateway.schema import metadata
+    from gateway.store.schema import metadata
 
     names = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
     connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
@@ -85,7 +85,7 @@ async def reset_database(url: str) -> None:
 
 async def migrate(url: str) -> None:
     """Apply the gateway's migrations to ``url``."""
-    from gateway import db
+    from gateway.store import db
 
     engine = db.create_engine(url)
     try:

@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient
 
 from adapters.fake import FakeAdapter
 from contracts.job import JobState
-from gateway import keys
 from gateway.app import LOOPS
-from gateway.store import JobStore
+from gateway.http import keys
+from gateway.store.jobs import JobStore
 
 __all__ = ["TOKEN", "VERSION", "GatewayHarness", "settings_dict"]
 

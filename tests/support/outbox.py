@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import JobState
 from gateway.app import LOOPS
-from gateway.delivery import Delivery
-from gateway.schema import outbox
+from gateway.store.schema import outbox
+from gateway.webhooks.delivery import Delivery
 from tests.support.gateway import VERSION, GatewayHarness
 
 __all__ = ["delivery_loop", "events_loop", "make_due", "observe", "outbox_rows", "start_job"]

@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts.errors import ContractViolation
-from gateway import cli, retry, signing
-from gateway.attempt import Attempt, decide
+from gateway import cli
 from gateway.config import WebhookSettings
-from gateway.deadletter import parse_time
-from gateway.delivery import signer_for
+from gateway.webhooks import retry, signing
+from gateway.webhooks.attempt import Attempt, decide
+from gateway.webhooks.deadletter import parse_time
+from gateway.webhooks.delivery import signer_for
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 SCHEDULE = retry.Schedule((10.0, 20.0), jitter_ratio=0.0)

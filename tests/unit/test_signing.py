@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from replicate.webhook import InvalidSignatureError, Webhooks, WebhookSigningSecret
 
 from contracts import errors
-from gateway import signing
+from gateway.webhooks import signing
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node (Node.js) is not on PATH")

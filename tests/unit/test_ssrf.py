@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts import errors
-from gateway import ssrf
+from gateway.webhooks import ssrf
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"

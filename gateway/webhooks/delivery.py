@@ -1,6 +1,6 @@
 """Outbound webhook delivery: the sending side of the outbox (specs/replicate-api.md §6).
 
-:class:`gateway.outbox.Planner` writes one row per event in the transaction that changes
+:class:`gateway.store.outbox.Planner` writes one row per event in the transaction that changes
 the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs each one:
 
 * **in order per prediction**: a row is only taken when no earlier row (lower id) of
@@ -9,10 +9,10 @@ the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs e
   ``User-Agent: cutover``, and Standard Webhooks headers (§6.4): ``webhook-id`` is the
   row's ``msg_id`` (the same on every retry), ``webhook-timestamp`` the time of this
   attempt, ``webhook-signature`` one ``v1,`` entry per secret in use;
-* **through the SSRF guard** (:func:`gateway.ssrf.connector`), redirects not followed,
+* **through the SSRF guard** (:func:`gateway.webhooks.ssrf.connector`), redirects not followed,
   each attempt bounded by ``timeout_s``, at most ``max_concurrency`` at once.
 
-Outcomes follow :func:`gateway.attempt.decide`: 2xx ``delivered``; ``completed``
+Outcomes follow :func:`gateway.webhooks.attempt.decide`: 2xx ``delivered``; ``completed``
 retried on the schedule, then ``dead``; non-terminal events ``dropped`` after one
 failed attempt; an SSRF refusal ``dead`` at once. A 410 Gone makes the row ``dead`` and
 disables its URL in ``endpoints``: the URL's other pending rows, and every later event
@@ -43,15 +43,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from yarl import URL
 
-from gateway import outbox, retry, signing, ssrf
-from gateway.attempt import COMPLETED, Attempt, Decision, decide
 from gateway.clock import Clock, utcnow
 from gateway.config import WebhookSettings
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
-from gateway.schema import endpoints
-from gateway.schema import outbox as table
+from gateway.store import outbox
+from gateway.store.schema import endpoints
+from gateway.store.schema import outbox as table
+from gateway.webhooks import retry, signing, ssrf
+from gateway.webhooks.attempt import COMPLETED, Attempt, Decision, decide
 
 __all__ = ["Delivery", "open_session", "signer_for"]
 
@@ -63,12 +64,12 @@ _Row = sa.Row[Any]
 
 
 def signer_for(secret: str, settings: WebhookSettings) -> signing.Signer:
-    """The :class:`gateway.signing.Signer` for ``secret`` and the rotation settings.
+    """The :class:`gateway.webhooks.signing.Signer` for ``secret`` and the rotation settings.
 
     Raises
     ------
     contracts.errors.ConfigurationError
-        A malformed secret (see :class:`gateway.signing.Signer`).
+        A malformed secret (see :class:`gateway.webhooks.signing.Signer`).
     """
     previous = settings.previous_signing_secret
     return signing.Signer(
@@ -84,7 +85,7 @@ async def open_session(
 ) -> AsyncIterator[aiohttp.ClientSession]:
     """The HTTP client every delivery goes through; closed on exit.
 
-    Built on :func:`gateway.ssrf.connector` (at most ``max_concurrency`` connections),
+    Built on :func:`gateway.webhooks.ssrf.connector` (at most ``max_concurrency`` connections),
     a total timeout of ``timeout_s`` seconds per request, no proxy from the environment
     and no cookie jar (one receiver's cookies never reach another).
     """

@@ -3,7 +3,7 @@
 One ``AsyncEngine`` per process, created by :func:`create_engine` and disposed by its
 owner. On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that concurrent
 writers queue on the busy timeout instead of failing on a lock upgrade; on PostgreSQL
-claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store`).
+claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store.jobs`).
 """
 
 from __future__ import annotations

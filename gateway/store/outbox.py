@@ -1,8 +1,8 @@
 """The transactional outbox: which webhook events a job transition causes.
 
-Called by :class:`gateway.store.JobStore` inside the transaction that changes the job, so
+Called by :class:`gateway.store.jobs.JobStore` inside the transaction that changes the job, so
 an event exists if and only if its state change was committed (specs/replicate-api.md
-§6.2, issue "exactly one completion event"). Delivery lives in :mod:`gateway.delivery`.
+§6.2, issue "exactly one completion event"). Delivery lives in :mod:`gateway.webhooks.delivery`.
 
 Rules:
 
@@ -27,8 +27,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
-from gateway import signing, wire
-from gateway.schema import outbox
+from gateway.http import wire
+from gateway.store.schema import outbox
+from gateway.webhooks import signing
 
 __all__ = ["DEFAULT_EVENTS", "PENDING", "Planner", "new_msg_id"]
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
-from gateway import keys
+from gateway.http import keys
 
 __all__ = [
     "PUBLIC_PREFIXES",

@@ -7,7 +7,7 @@ Revises: 0001
 import sqlalchemy as sa
 from alembic import op
 
-from gateway.schema import UTCDateTime
+from gateway.store.schema import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"

@@ -31,10 +31,10 @@ from typing import Any
 from aiohttp import web
 
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
-from gateway import keys
 from gateway.clock import utcnow
-from gateway.deadletter import DEFAULT_LIMIT, DeadLetters, parse_time
-from gateway.middleware import json_response
+from gateway.http import keys
+from gateway.http.middleware import json_response
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, parse_time
 
 __all__ = ["create_admin_app"]
 

@@ -2,7 +2,7 @@
 
 Transitions are guarded SQL (STYLE.md rule 11): an update names the states it may move
 from, and no row updated means "someone else already moved it". Outbox rows caused by a
-transition are written in the same transaction (see :mod:`gateway.outbox`). Claims take a
+transition are written in the same transaction (see :mod:`gateway.store.outbox`). Claims take a
 time-limited lease; on PostgreSQL the candidate rows are locked with
 ``FOR UPDATE SKIP LOCKED``, on SQLite ``BEGIN IMMEDIATE`` serialises writers.
 """
@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, NotFound
 from contracts.job import ACTIVE_STATES, Job, JobState, can_transition
-from gateway import outbox
 from gateway.clock import Clock, utcnow
-from gateway.schema import assets, jobs, provider_events
+from gateway.store import outbox
+from gateway.store.schema import assets, jobs, provider_events
 
 __all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress"]
 

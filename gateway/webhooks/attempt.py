@@ -2,7 +2,7 @@
 
 A pure policy (STYLE.md rule 13): :func:`decide` reads the attempt's result, the event
 kind and the retry schedule, and returns the row's next status and due time; the caller
-persists it (:mod:`gateway.delivery`). Rules (specs/replicate-api.md §6.1, §6.3):
+persists it (:mod:`gateway.webhooks.delivery`). Rules (specs/replicate-api.md §6.1, §6.3):
 
 ==========================  =====================================================
 2xx                         ``delivered``
@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway import outbox, retry
+from gateway.store import outbox
+from gateway.webhooks import retry
 
 __all__ = ["COMPLETED", "Attempt", "Decision", "decide"]
 

@@ -6,7 +6,7 @@ had answered) 410 Gone. A replay puts a dead row back to ``pending`` with its at
 reset, due now, under the same ``msg_id`` (so the receiver's ``webhook-id``
 deduplication still works), and re-enables its endpoint if a 410 had disabled it.
 
-The admin API (:mod:`gateway.admin`) and the ``cutover webhooks`` commands
+The admin API (:mod:`gateway.http.admin`) and the ``cutover webhooks`` commands
 (:mod:`gateway.cli`) are thin layers over :class:`DeadLetters`.
 """
 
@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, ContractViolation, NotFound
-from gateway import outbox
 from gateway.clock import Clock, utcnow
-from gateway.schema import endpoints
-from gateway.schema import outbox as table
+from gateway.store import outbox
+from gateway.store.schema import endpoints
+from gateway.store.schema import outbox as table
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "parse_time"]
 

@@ -35,7 +35,7 @@ import httpx
 
 from contracts.errors import CutoverError
 from gateway.storage import Storage
-from gateway.store import AssetRecord
+from gateway.store.jobs import AssetRecord
 
 __all__ = ["MEDIA_TYPE_RE", "AssetError", "OutputCopier", "parse_data_uri"]
 

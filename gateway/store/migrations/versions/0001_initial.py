@@ -7,7 +7,7 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
-from gateway.schema import UTCDateTime
+from gateway.store.schema import UTCDateTime
 
 revision = "0001"
 down_revision = None

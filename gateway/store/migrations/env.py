@@ -1,6 +1,6 @@
 """Alembic environment: migrations run on a connection the gateway hands over.
 
-``gateway.db.migrate`` opens the connection (async engine, ``run_sync``) and passes it in
+``gateway.store.db.migrate`` opens the connection (async engine, ``run_sync``) and passes it in
 ``config.attributes["connection"]``; there is no offline mode.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from gateway import schema
+from gateway.store import schema
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -8,10 +8,10 @@ import sqlalchemy as sa
 from aiohttp import web
 
 from contracts.errors import PayloadTooLarge, WebhookVerificationError
-from gateway import keys
+from gateway.http import keys
+from gateway.http.middleware import json_response, problem_response
 from gateway.metrics import CONTENT_TYPE
-from gateway.middleware import json_response, problem_response
-from gateway.schema import assets
+from gateway.store.schema import assets
 
 __all__ = ["routes"]
 

@@ -27,8 +27,8 @@ from contracts.replicate import (
     check_model_name,
     parse_version_ref,
 )
-from gateway import keys, wire
-from gateway.middleware import json_response, parse_body
+from gateway.http import keys, wire
+from gateway.http.middleware import json_response, parse_body
 from gateway.predictions import (
     CreateOptions,
     PredictionService,

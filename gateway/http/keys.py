@@ -15,7 +15,7 @@ from gateway.predictions import PredictionService
 from gateway.providers import Provider
 from gateway.routing import Router
 from gateway.storage import Storage
-from gateway.store import JobStore
+from gateway.store.jobs import JobStore
 
 SETTINGS = web.AppKey("settings", Settings)
 ENGINE = web.AppKey("engine", AsyncEngine)

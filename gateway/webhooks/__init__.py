@@ -1,0 +1,1 @@
+"""Outbound webhooks: delivery, attempt policy, retry, signing, SSRF guard, dead letters."""
