@@ -1,0 +1,223 @@
+"""The gateway against its reference programs, side by side, in alternating rounds.
+
+For each backend (SQLite, PostgreSQL) this starts ``cutover serve`` (plain HTTP, every
+background loop running, a fake provider that accepts every job at once and is never
+polled), and beside it the reference programs (bench/support/refs.py):
+
+* GET of one finished prediction, gateway vs the bare aiohttp server answering the
+  gateway's own bytes for it (wrk, closed loop): ratio of requests/s;
+* the same GET at a fixed 200 requests/s (hey): added p50 and p99 latency in ms;
+* GET of one unfinished prediction, and the list (a page of 100): absolute figures;
+* create (POST /v1/predictions, dispatched to the fake provider in the same process), vs
+  the FastAPI + Celery + PostgreSQL peer's POST /jobs: ratio of requests/s.
+
+Each round runs the gateway and its reference one after the other; the ratio of every
+round and the median of the rounds are printed, with the command and the machine.
+
+    .venv/bin/python bench/ratios.py [--rounds 3] [--seconds 5] [--connections 32]
+        [--backends sqlite,postgres] [--no-peer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.support import load, refs
+from tests.support.databases import sync_database
+from tests.support.process import GatewayProcess, free_port
+
+TOKEN = "r8_bench"  # a local benchmark value, not a credential
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FAKE_SECRET = b"fake-secret"  # the fake provider's default webhook key (adapters/fake.py)
+CREATE_BODY = {"version": "bench/echo", "input": {"prompt": "hello"}}
+POST_LUA = """
+wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def gateway_config(database_url: str, workdir: Path) -> dict:
+    port = free_port()
+    return {
+        "gateway": {
+            "listen": f"127.0.0.1:{port}",
+            "public_url": f"http://127.0.0.1:{port}",
+            "database_url": database_url,
+            "storage_url": f"file://{workdir / 'assets'}",
+            "api_tokens": [TOKEN],
+        },
+        "providers": {
+            "fake": {
+                "kind": "fake",
+                "max_concurrency": 1_000_000,
+                "fetch_interval_s": 3600,
+                "fetch_max_interval_s": 3600,
+            }
+        },
+        "routes": [{"model": "bench/echo", "provider": "fake"}],
+    }
+
+
+def callback_token(database_url: str, job_id: str) -> str:
+    """The job's callback token, read straight from the store."""
+    query = "SELECT callback_token FROM jobs WHERE id = "
+    if database_url.startswith("sqlite"):
+        path = database_url.split(":///", 1)[1]
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return str(conn.execute(query + "?", (job_id,)).fetchone()[0])
+
+    async def read() -> str:
+        dsn = database_url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            return str(await conn.fetchval(query + "$1", job_id))
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def finished_prediction(gateway: GatewayProcess, database_url: str, http: httpx.Client) -> str:
+    """Create a prediction and complete it with a signed fake-provider webhook; its id."""
+    job_id = http.post(f"{gateway.url}/v1/predictions", json=CREATE_BODY).json()["id"]
+    event = {"id": f"fake-{job_id}", "status": "completed", "output": "hello, world",
+             "logs": "predicting\ndone\n"}
+    body = json.dumps(event).encode()
+    signature = hmac.new(FAKE_SECRET, body, hashlib.sha256).hexdigest()
+    token = callback_token(database_url, job_id)
+    url = f"{gateway.url}/provider-webhooks/fake/{job_id}/{token}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        http.post(url, content=body, headers={"x-fake-signature": signature})
+        if http.get(f"{gateway.url}/v1/predictions/{job_id}").json()["status"] == "succeeded":
+            return job_id
+        time.sleep(0.1)
+    raise RuntimeError(f"prediction {job_id} did not finish")
+
+
+class Rounds:
+    """Alternating measurements of a subject and its reference, and their ratios."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.ratios: list[float] = []
+
+    def round(self, n: int, subject: load.Result, reference: load.Result) -> None:
+        ratio = subject.rate / reference.rate if reference.rate else float("nan")
+        self.ratios.append(ratio)
+        print(f"  round {n} {self.label:32} gateway {subject.line()}")
+        print(f"  round {n} {'':32} ref     {reference.line()}   ratio {ratio:.3f}", flush=True)
+
+    def summary(self) -> str:
+        rounds = " ".join(f"{r:.3f}" for r in self.ratios)
+        return f"{self.label:32} ratio median {load.median(self.ratios):.3f}  (rounds {rounds})"
+
+
+def added_latency(gateway_url: str, bare_url: str, rounds: int, seconds: float) -> str:
+    """Added p50/p99 (ms) of the gateway over the bare server at 200 requests/s."""
+    p50s, p99s = [], []
+    for n in range(1, rounds + 1):
+        sub = load.hey(gateway_url, rate=200, seconds=seconds, headers=AUTH)
+        ref = load.hey(bare_url, rate=200, seconds=seconds, headers=AUTH)
+        p50s.append(sub.p50_ms - ref.p50_ms)
+        p99s.append(sub.p99_ms - ref.p99_ms)
+        print(f"  round {n} GET at 200 req/s              gateway {sub.line()}")
+        print(f"  round {n} {'':32} ref     {ref.line()}   "
+              f"added p50 {p50s[-1]:+.2f} ms p99 {p99s[-1]:+.2f} ms", flush=True)
+    return (f"{'GET at 200 req/s, added':32} p50 {load.median(p50s):+.2f} ms  "
+            f"p99 {load.median(p99s):+.2f} ms (medians)")
+
+
+def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None) -> list[str]:
+    summaries = []
+    wrk_args = {"seconds": args.seconds, "connections": args.connections, "headers": AUTH}
+    with tempfile.TemporaryDirectory() as tmp, sync_database(backend, Path(tmp)) as url:
+        work = Path(tmp)
+        gateway = GatewayProcess(gateway_config(url, work), work).start()
+        try:
+            with httpx.Client(headers=AUTH, timeout=30) as http:
+                done = finished_prediction(gateway, url, http)
+                running = http.post(f"{gateway.url}/v1/predictions", json=CREATE_BODY).json()
+                body = http.get(f"{gateway.url}/v1/predictions/{done}").content
+            body_file = work / "prediction.json"
+            body_file.write_bytes(body)
+            print(f"== {backend}: GET body {len(body)} bytes", flush=True)
+            get_url = f"{gateway.url}/v1/predictions/{done}"
+            with refs.bare_server(body_file) as bare:
+                bare_url = f"{bare.url}/v1/predictions/{done}"
+                gets = Rounds(f"{backend} GET finished vs bare")
+                for n in range(1, args.rounds + 1):
+                    gets.round(n, load.wrk(get_url, **wrk_args), load.wrk(bare_url, **wrk_args))
+                summaries.append(gets.summary())
+                summaries.append(f"{backend} " + added_latency(
+                    get_url, bare_url, args.rounds, args.seconds))
+            running_url = f"{gateway.url}/v1/predictions/{running['id']}"
+            result = load.wrk(running_url, **wrk_args)
+            summaries.append(f"{backend + ' GET unfinished':32} {result.line()}")
+            result = load.wrk(f"{gateway.url}/v1/predictions", **wrk_args)
+            summaries.append(f"{backend + ' list (100 a page)':32} {result.line()}")
+            script = work / "post.lua"
+            script.write_text(POST_LUA.format(body=json.dumps(CREATE_BODY)))
+            creates = Rounds(f"{backend} create vs peer")
+            for n in range(1, args.rounds + 1):
+                sub = load.wrk(f"{gateway.url}/v1/predictions", script=script, **wrk_args)
+                if peer is None:
+                    print(f"  round {n} {creates.label:32} gateway {sub.line()}", flush=True)
+                    continue
+                ref = load.wrk(f"{peer.url}/jobs", script=script, **wrk_args)
+                creates.round(n, sub, ref)
+            if peer is not None:
+                summaries.append(creates.summary())
+        finally:
+            gateway.stop()
+    return summaries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--no-peer", action="store_true", help="skip the FastAPI peer")
+    args = parser.parse_args()
+    print("command:", " ".join(["python", *sys.argv]))
+    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
+          f"{len(os.sched_getaffinity(0))} cores, load average before {load_avg}; "
+          f"wrk -t2 -c{args.connections} -d{args.seconds:g}s", flush=True)
+    summaries: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        peer_cm: Callable[[], contextlib.AbstractContextManager[refs.Server | None]] = (
+            (lambda: contextlib.nullcontext(None)) if args.no_peer
+            else (lambda: refs.peer_server(Path(tmp)))
+        )
+        with peer_cm() as peer:
+            for backend in args.backends.split(","):
+                summaries += run_backend(backend, args, peer)
+    print("== summary")
+    for line in summaries:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

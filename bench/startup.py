@@ -1,0 +1,118 @@
+"""Cold start and idle cost of the gateway against the bare aiohttp server.
+
+Starts ``cutover serve`` (SQLite, a fake provider, every background loop running) and
+measures the seconds from spawning the process to the first 200 of ``GET /ready``, on a
+fresh database (migrations included) and again on the existing one; then, left idle, its
+resident memory (MiB) and CPU (% of one core over ``--idle-seconds``). The bare aiohttp
+server (bench/support/refs.py) is measured the same way, in alternating rounds.
+
+    .venv/bin/python bench/startup.py [--rounds 3] [--idle-seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tomli_w
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ratios import gateway_config
+from bench.support import load, refs
+from tests.support.orphans import die_with_parent
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+
+
+def idle(pid: int, seconds: float) -> tuple[float, float]:
+    """(% of one core, RSS MiB) over ``seconds`` of no requests."""
+    time.sleep(1.0)  # let start-up work finish
+    before = cpu_s(pid)
+    time.sleep(seconds)
+    return 100 * (cpu_s(pid) - before) / seconds, rss_mib(pid)
+
+
+def gateway(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    config = gateway_config(f"sqlite+aiosqlite:///{work / 'cutover.db'}", work)
+    path = work / "cutover.toml"
+    path.write_bytes(tomli_w.dumps(config).encode())
+    command = shutil.which("cutover", path=str(Path(sys.executable).parent))
+    assert command, "the cutover console script is not installed in this venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")}
+    log = (work / "gateway.log").open("ab")
+    proc = subprocess.Popen([command, "serve", "--config", str(path)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
+    return proc, config["gateway"]["public_url"]
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--idle-seconds", type=float, default=10)
+    args = parser.parse_args()
+    print("command:", " ".join(["python", *sys.argv]))
+    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
+          f"{len(os.sched_getaffinity(0))} cores, load average before {load_avg}", flush=True)
+    fresh, warm, cpu, rss, ref_start, ref_cpu, ref_rss = [], [], [], [], [], [], []
+    for n in range(1, args.rounds + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            for label, times in (("fresh database", fresh), ("existing database", warm)):
+                proc, url = gateway(work)
+                try:
+                    times.append(refs.wait_ready(url, proc))
+                    if label == "existing database":
+                        busy, mem = idle(proc.pid, args.idle_seconds)
+                        cpu.append(busy)
+                        rss.append(mem)
+                finally:
+                    stop(proc)
+                print(f"  round {n} gateway to /ready, {label:18} {times[-1]:.3f} s", flush=True)
+            print(f"  round {n} gateway idle {cpu[-1]:.2f} % of a core, RSS {rss[-1]:.0f} MiB")
+            body = work / "body.json"
+            body.write_bytes(b"{}")
+            with refs.bare_server(body) as bare:
+                ref_start.append(bare.ready_after_s)
+                busy, mem = idle(bare.proc.pid, args.idle_seconds)
+                ref_cpu.append(busy)
+                ref_rss.append(mem)
+            print(f"  round {n} bare aiohttp to /ready {ref_start[-1]:.3f} s, idle "
+                  f"{ref_cpu[-1]:.2f} % of a core, RSS {ref_rss[-1]:.0f} MiB", flush=True)
+    med = load.median
+    print("== summary")
+    print(f"cold start to /ready (median)  gateway fresh db {med(fresh):.3f} s, existing db "
+          f"{med(warm):.3f} s; bare aiohttp {med(ref_start):.3f} s")
+    print(f"idle (median)                  gateway {med(cpu):.2f} % of a core, "
+          f"{med(rss):.0f} MiB; bare aiohttp {med(ref_cpu):.2f} %, {med(ref_rss):.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
