@@ -1,0 +1,212 @@
+"""The report as one self-contained HTML page (docs/shadow.md, "The report").
+
+No scripts, no fonts or styles from other hosts: a Content-Security-Policy in the page
+forbids them (``default-src 'none'``), plots are inline SVG (:mod:`shadow.svg`), images
+are ``data:`` URIs or the caller's URLs, text diffs come from :class:`difflib.HtmlDiff`.
+Order: verdict, contract breaks, agreement, latency, cost, worst mismatches, notes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from html import escape
+from typing import TYPE_CHECKING
+
+from shadow import svg
+from shadow.compare import ArmFacts
+from shadow.noise import Rate
+from shadow.outcome import OutputFile
+
+if TYPE_CHECKING:
+    from shadow.report import Mismatch, Report
+
+__all__ = ["render_html"]
+
+ImageSource = Callable[[OutputFile, str | None], str | None]
+
+_CSP = ("default-src 'none'; img-src 'self' data: http: https:; "
+        "style-src 'unsafe-inline'")
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1200px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
+  font-size: 13px; }
+.verdict { font-size: 16px; font-weight: 600; padding: 10px; border-radius: 4px; }
+.verdict-promote { background: #e3f4e1; } .verdict-hold { background: #fff4d6; }
+.verdict-block { background: #fde0dd; }
+.breaks td.kind { color: #b00020; font-weight: 600; }
+.plot .plot-title { font-size: 13px; font-weight: 600; } .plot .tick { font-size: 11px; }
+.sides { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.side { border: 1px solid #ddd; padding: 8px; overflow: hidden; }
+.side img { max-width: 256px; max-height: 256px; image-rendering: pixelated; margin: 4px; }
+pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background: #f6f6f6;
+  padding: 6px; max-height: 300px; overflow: auto; }
+table.diff { font-family: monospace; font-size: 12px; }
+.diff_add { background: #aaffaa; } .diff_chg { background: #ffff77; }
+.diff_sub { background: #ffaaaa; } .diff_header { background: #e0e0e0; }
+.mismatch { border-top: 2px solid #888; margin-top: 18px; padding-top: 6px; }
+"""
+
+
+def render_html(report: Report, *, image_src: ImageSource | None = None) -> str:
+    """The whole page, UTF-8 text; ``image_src`` as in :func:`shadow.report.render`."""
+    source = image_src or _default_src
+    title = f"Shadow report: {report.route}"
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="verdict verdict-{report.verdict.decision}" id="verdict">'
+        f"{escape(report.verdict.line)}</p>",
+        _window(report),
+        _breaks(report),
+        _agreement(report),
+        _latency(report),
+        _cost(report),
+        _worst(report, source),
+        _notes(report),
+    ]
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        + "\n".join(part for part in body if part)
+        + "\n</body></html>\n"
+    )
+
+
+def _default_src(file: OutputFile, preview: str | None) -> str | None:
+    if preview:
+        return preview
+    if file.url and file.url.startswith(("https://", "http://")):
+        return file.url
+    return None
+
+
+def _window(report: Report) -> str:
+    since = report.since.isoformat() if report.since else "the first pair"
+    return (f"<p>Pairs from {escape(since)} to {escape(report.generated_at.isoformat())}: "
+            f"{report.pairs} control-vs-candidate, {report.baseline_pairs} control-vs-control "
+            "(baseline).</p>")
+
+
+def _rate_cells(found: Rate) -> str:
+    return (f"<td>{found.count}</td><td>{found.n}</td><td>{found.value:.1%}</td>"
+            f"<td>{found.low:.1%} - {found.high:.1%}</td>")
+
+
+def _breaks(report: Report) -> str:
+    rows = "".join(f'<tr><td class="kind">{escape(kind)}</td><td>{count}</td></tr>'
+                   for kind, count in report.break_kinds.items())
+    table = (f'<table class="breaks"><tr><th>kind</th><th>occurrences</th></tr>{rows}</table>'
+             if rows else "<p>None.</p>")
+    found = report.contract_breaks
+    return (f'<section id="contract-breaks"><h2>Contract breaks</h2>'
+            f"<p>{found.count} of {found.n} pairs ({found.value:.1%}; "
+            f"{found.confidence:.0%} CI {found.low:.1%} - {found.high:.1%}; "
+            f"max {report.thresholds.max_contract_break_rate:.1%}).</p>{table}</section>")
+
+
+def _agreement(report: Report) -> str:
+    head = ("<tr><th>what</th><th>unit</th><th>count</th><th>of</th><th>share</th>"
+            f"<th>{report.thresholds.confidence:.0%} CI</th><th>limit</th>"
+            "<th>baseline quantile</th><th>candidate median</th><th>baseline median</th></tr>")
+    rows = [
+        f"<tr><td>status agreement</td><td>pairs</td>{_rate_cells(report.status_agreement)}"
+        "<td></td><td></td><td></td><td></td></tr>",
+        f"<tr><td>any reported difference</td><td>pairs</td>{_rate_cells(report.differences)}"
+        "<td></td><td></td><td></td><td></td></tr>",
+    ]
+    for summary in report.measures:
+        limit = summary.limit
+        rows.append(
+            f"<tr><td>{escape(summary.measure)}</td><td>{escape(summary.unit)}</td>"
+            f"{_rate_cells(summary.reported)}"
+            f"<td>{_num(limit.limit if limit else None, 'not judged')}</td>"
+            f"<td>{_num(limit.baseline_value if limit else None)}</td>"
+            f"<td>{_num(summary.candidate_p50)}</td><td>{_num(summary.baseline_p50)}</td></tr>"
+        )
+    return (f'<section id="agreement"><h2>Agreement</h2><table>{head}{"".join(rows)}'
+            "</table></section>")
+
+
+def _latency(report: Report) -> str:
+    rows, plots = [], []
+    for phase, arms in report.latency.items():
+        for arm, found in arms.items():
+            rows.append(f"<tr><td>{phase}</td><td>{arm}</td><td>{found.n}</td>"
+                        f"<td>{_num(found.p50_s)}</td><td>{_num(found.p95_s)}</td>"
+                        f"<td>{_num(found.max_s)}</td></tr>")
+        plots.append(svg.ecdf({arm: found.sample_s for arm, found in arms.items()},
+                              title=f"{phase} time, share of predictions at or under",
+                              unit="seconds"))
+    head = "<tr><th>phase</th><th>arm</th><th>n</th><th>p50 s</th><th>p95 s</th><th>max s</th></tr>"
+    return (f'<section id="latency"><h2>Latency</h2><table>{head}{"".join(rows)}</table>'
+            f'<div class="plots">{"".join(plots)}</div></section>')
+
+
+def _cost(report: Report) -> str:
+    if report.cost is None:
+        return '<section id="cost"><h2>Cost</h2><p>Not reported by both providers.</p></section>'
+    cost = report.cost
+    return (f'<section id="cost"><h2>Cost</h2><p>Over {cost.n} pairs: control '
+            f"${cost.control_mean_usd:.5f}, candidate ${cost.candidate_mean_usd:.5f} per "
+            f"prediction (ratio {_num(cost.ratio)}).</p></section>")
+
+
+def _worst(report: Report, source: ImageSource) -> str:
+    if not report.worst:
+        return '<section id="worst"><h2>Worst mismatches</h2><p>None reported.</p></section>'
+    items = [_mismatch(index, mismatch, source)
+             for index, mismatch in enumerate(report.worst, start=1)]
+    return f'<section id="worst"><h2>Worst mismatches</h2>{"".join(items)}</section>'
+
+
+def _mismatch(index: int, mismatch: Mismatch, source: ImageSource) -> str:
+    judgement, pair = mismatch.judgement, mismatch.pair
+    lines = [f"<li><b>contract break</b> {escape(b.kind)} at <code>{escape(b.path)}</code>: "
+             f"{escape(b.control)} vs {escape(b.candidate)}</li>" for b in judgement.breaks]
+    lines += [f"<li>{escape(f.measure)} {f.value:.4g} over its limit {f.limit:.4g}</li>"
+              for f in judgement.findings]
+    diff = ""
+    if pair.control.text != pair.candidate.text:
+        table = difflib.HtmlDiff(wrapcolumn=70).make_table(
+            pair.control.text.splitlines(), pair.candidate.text.splitlines(),
+            "control", "candidate", context=True, numlines=2,
+        )
+        diff = f"<h4>Text</h4>{table}"
+    return (
+        f'<div class="mismatch" id="mismatch-{index}"><h3>{index}. pair '
+        f"{escape(pair.pair_id or '(no id)')}</h3><ul>{''.join(lines)}</ul>"
+        f'<div class="sides">{_side("control", pair.control, source)}'
+        f"{_side('candidate', pair.candidate, source)}</div>{diff}</div>"
+    )
+
+
+def _side(name: str, facts: ArmFacts, source: ImageSource) -> str:
+    parts = [f'<div class="side side-{name}"><h4>{name}</h4>',
+             f"<p>status {escape(facts.status.value)}, queue {_num(facts.queue_s)} s, "
+             f"run {_num(facts.run_s)} s</p>"]
+    if facts.error:
+        parts.append(f"<p>error ({escape(facts.error_class)}): {escape(facts.error[:500])}</p>")
+    for position, file in enumerate(facts.files):
+        preview = facts.previews[position] if position < len(facts.previews) else None
+        src = source(file, preview) if file.media_type.startswith("image/") else None
+        label = f"{file.media_type}, {file.size_bytes} bytes, sha256 {file.sha256[:12]}"
+        if src:
+            parts.append(f'<img src="{escape(src)}" alt="{escape(name)} file {position}" '
+                         f'title="{escape(label)}">')
+        parts.append(f"<p>files[{position}]: {escape(label)}</p>")
+    parts.append(f"<pre>{escape(facts.output_excerpt)}</pre></div>")
+    return "".join(parts)
+
+
+def _notes(report: Report) -> str:
+    notes = "".join(f"<li>{escape(note)}</li>" for note in report.notes)
+    thresholds = escape(report.thresholds.model_dump_json())
+    return (f'<section id="notes"><h2>Notes</h2><ul>{notes}</ul>'
+            f"<p>Thresholds: <code>{thresholds}</code></p></section>")
+
+
+def _num(value: float | None, missing: str = "-") -> str:
+    return missing if value is None else f"{value:.4g}"

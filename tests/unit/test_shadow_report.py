@@ -1,0 +1,125 @@
+"""Unit tests of the report: aggregation, verdict and the three formats (shadow/report.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from shadow import report
+from shadow.compare import ArmFacts, ContractBreak, PairComparison
+from shadow.outcome import OutputFile
+from shadow.thresholds import Thresholds
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def arm(run_s: float = 2.0, text: str = "", cost: float | None = None, **extra) -> ArmFacts:
+    return ArmFacts(status="completed", queue_s=0.5, run_s=run_s, text=text, cost_usd=cost,
+                    **extra)
+
+
+def pair(measures=None, *, breaks=(), control=None, candidate=None, pair_id=None):
+    return PairComparison(pair_id=pair_id, control=control or arm(),
+                          candidate=candidate or arm(), breaks=tuple(breaks),
+                          measures=measures or {"text": 0.01})
+
+
+BASELINE = [pair({"text": 0.02}) for _ in range(30)]
+
+
+def test_a_clean_candidate_with_enough_pairs_is_promoted():
+    built = report.build("m:v", [pair() for _ in range(200)], BASELINE, now=NOW)
+    assert built.verdict.decision == "promote"
+    assert built.verdict.line.startswith("PROMOTE m:v: 200 pairs")
+    assert built.differences.count == 0 and built.status_agreement.value == 1.0
+
+
+def test_too_few_pairs_hold_and_say_what_is_missing():
+    built = report.build("m", [pair() for _ in range(20)], BASELINE, now=NOW)
+    assert built.verdict.decision == "hold"
+    assert "20 of the 100 pairs needed" in built.verdict.line
+
+
+def test_clear_breaches_block_and_breaks_come_first():
+    broken = ContractBreak(kind="file_count", path="files", control="1", candidate="2")
+    pairs = [pair(breaks=[broken], pair_id=f"b{i}") for i in range(5)]
+    pairs += [pair({"text": 0.9}, pair_id="drift")] + [pair() for _ in range(94)]
+    built = report.build("m", pairs, BASELINE, now=NOW, worst=3)
+    assert built.verdict.decision == "block"
+    assert "contract-break rate at least" in built.verdict.line
+    assert built.break_kinds == {"file_count": 5}
+    assert [m.pair.pair_id for m in built.worst][:3] == ["b0", "b1", "b2"]
+
+
+def test_latency_and_cost_ratios_are_checked():
+    slow = [pair(control=arm(run_s=1.0, cost=0.01), candidate=arm(run_s=3.0, cost=0.03))
+            for _ in range(150)]
+    built = report.build("m", slow, BASELINE,
+                         Thresholds(max_p95_latency_ratio=2.0, max_cost_ratio=1.5), now=NOW)
+    assert built.verdict.decision == "block"
+    assert "p95 run time 3.00x" in built.verdict.line and "mean cost 3.00x" in built.verdict.line
+    assert built.latency["run"]["candidate"].p95_s == 3.0
+    assert built.cost is not None and built.cost.ratio == pytest.approx(3.0)
+
+
+def test_no_baseline_is_said_in_the_notes():
+    built = report.build("m", [pair()], [], now=NOW)
+    assert any("fewer than the 20 needed" in note for note in built.notes)
+
+
+def test_latency_samples_are_capped_for_the_plots():
+    pairs = [pair(control=arm(run_s=float(i))) for i in range(1000)]
+    built = report.build("m", pairs, BASELINE, now=NOW)
+    sample = built.latency["run"]["control"].sample_s
+    assert len(sample) == report.PLOT_POINTS and sample[0] == 0.0 and sample[-1] == 999.0
+
+
+def example_report() -> report.Report:
+    image = OutputFile(content_type="image/png", size_bytes=10, sha256="a" * 64,
+                       url="https://gw.test/a.png")
+    odd = pair({"text": 0.5}, pair_id="<odd & id>",
+               control=arm(text="line one\nline <two>", files=(image,)),
+               candidate=arm(text="line one\nline three", files=(image,)))
+    return report.build("m:v", [odd, *(pair() for _ in range(10))], BASELINE, now=NOW)
+
+
+def test_json_round_trips():
+    built = example_report()
+    again = report.Report.model_validate_json(report.render(built, "json"))
+    assert again == built
+    assert json.loads(report.render(built, "json"))["verdict"]["decision"] == "hold"
+
+
+def test_markdown_has_every_section_and_a_diff():
+    text = report.render(example_report(), "md")
+    for heading in ("# Shadow report: m:v", "## Contract breaks", "## Agreement",
+                    "## Latency", "## Worst mismatches", "```diff"):
+        assert heading in text
+    assert "-line <two>" in text and "+line three" in text
+
+
+def test_html_is_offline_escaped_and_ordered():
+    page = report.render(example_report(), "html")
+    assert "<script" not in page.lower()
+    assert "default-src 'none'" in page
+    assert not re.search(r"""(src|href)=["']https?://(?!gw\.test)""", page)
+    assert "&lt;odd &amp; id&gt;" in page and "<odd & id>" not in page
+    order = [page.index(f'id="{section}"') for section in
+             ("verdict", "contract-breaks", "agreement", "latency", "worst")]
+    assert order == sorted(order)
+    assert page.count("<svg") == 2 and 'class="diff"' in page
+    assert '<img src="https://gw.test/a.png"' in page
+
+
+def test_html_image_source_callback():
+    page = report.render(example_report(), "html",
+                         image_src=lambda file, preview: f"/admin/files/{file.sha256[:4]}")
+    assert '<img src="/admin/files/aaaa"' in page
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="unknown report format"):
+        report.render(example_report(), "pdf")  # type: ignore[arg-type]
