@@ -2,6 +2,7 @@
 
 Public modules, in the order data flows through them:
 
+- :mod:`shadow.policy` - ``ShadowPolicy``: which inputs of a route may be shadowed;
 - :mod:`shadow.outcome` - what is compared: ``Outcome`` (one terminal prediction) and
   ``OutputFile``;
 - :mod:`shadow.compare` - ``compare(control, candidate) -> PairComparison``;
@@ -14,6 +15,6 @@ Public modules, in the order data flows through them:
 Imports only ``contracts`` (and third-party measures); never the gateway.
 """
 
-from shadow import compare, noise, outcome, report, thresholds
+from shadow import compare, noise, outcome, policy, report, thresholds
 
-__all__ = ["compare", "noise", "outcome", "report", "thresholds"]
+__all__ = ["compare", "noise", "outcome", "policy", "report", "thresholds"]

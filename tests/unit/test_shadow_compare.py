@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from PIL import Image
 from pydantic import ValidationError
 
-from contracts.job import JobState
+from contracts.job import Job, JobState
 from shadow import compare, media
 from shadow.outcome import Outcome, OutputFile
 from tests.support.shadow import completed, failed
@@ -142,7 +144,7 @@ async def test_previews_are_png_data_uris_for_images_only():
                                    read=store.read, previews=True)
     preview, none = result.control.previews
     assert none is None and preview.startswith("data:image/png;base64,")
-    decoded = media._decode(__import__("base64").b64decode(preview.split(",", 1)[1]))
+    decoded = media._decode(base64.b64decode(preview.split(",", 1)[1]))
     assert decoded.size == (256, 128)
 
 
@@ -168,3 +170,15 @@ def test_media_refuses_huge_or_empty_images(monkeypatch):
     monkeypatch.setattr(media, "MAX_IMAGE_PIXELS", 100)
     with pytest.raises(media.ImageError, match="too large"):
         media.compare_images(png((1, 1, 1)), png((1, 1, 1)))
+
+
+def test_an_outcome_from_a_terminal_job():
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    job = Job(id="p1", state="completed", model="m", version="v", route="m", provider="cog",
+              input={"prompt": "x"}, output="X", created_at=created,
+              started_at=created + timedelta(seconds=2),
+              completed_at=created + timedelta(seconds=5))
+    outcome = Outcome.from_job(job, cost_usd=0.002)
+    assert (outcome.queue_s, outcome.run_s, outcome.output) == (2.0, 3.0, "X")
+    with pytest.raises(ValidationError, match="terminal"):
+        Outcome.from_job(job.model_copy(update={"state": JobState.QUEUED}))
