@@ -1,6 +1,9 @@
 """Measures on file contents: images and text (docs/shadow.md, "Images", "Text").
 
-CPU-bound and synchronous; :mod:`shadow.compare` runs them in a worker thread.
+CPU-bound and synchronous; :mod:`shadow.compare` runs them in a worker thread. Pillow,
+ImageHash (which brings NumPy, SciPy and PyWavelets) and RapidFuzz are imported on first
+use, not with the module: importing ``shadow`` stays cheap for every gateway process and
+command-line call that never compares a pair.
 
 - Images (Pillow + ImageHash): the dimensions of each side; the perceptual distance, the
   Hamming distance in bits (0-64) between the two 64-bit DCT perceptual hashes (shape and
@@ -17,11 +20,12 @@ import base64
 import io
 import re
 import unicodedata
+from typing import TYPE_CHECKING
 
-import imagehash
-from PIL import Image, ImageChops, ImageStat, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict
-from rapidfuzz import fuzz
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
@@ -79,6 +83,8 @@ def compare_images(control: bytes, candidate: bytes) -> ImageComparison:
     ImageError
         Either side does not decode, or has more than :data:`MAX_IMAGE_PIXELS` pixels.
     """
+    import imagehash  # heavy (NumPy, SciPy): on first use, see the module docstring
+
     image_a, image_b = _decode(control), _decode(candidate)
     (wa, ha), (wb, hb) = image_a.size, image_b.size
     size_delta = max(abs(wa - wb) / max(wa, wb), abs(ha - hb) / max(ha, hb))
@@ -93,6 +99,8 @@ def compare_images(control: bytes, candidate: bytes) -> ImageComparison:
 
 
 def _decode(data: bytes) -> Image.Image:
+    from PIL import Image, UnidentifiedImageError
+
     try:
         image = Image.open(io.BytesIO(data))
         width, height = image.size
@@ -106,6 +114,8 @@ def _decode(data: bytes) -> Image.Image:
 
 
 def _color_levels(image_a: Image.Image, image_b: Image.Image) -> float:
+    from PIL import Image, ImageChops, ImageStat
+
     thumb = (_THUMB_PX, _THUMB_PX)
     box = Image.Resampling.BOX
     difference = ImageChops.difference(image_a.resize(thumb, box), image_b.resize(thumb, box))
@@ -120,6 +130,8 @@ def preview_data_uri(data: bytes, max_px: int = 256) -> str:
     ImageError
         The bytes do not decode as an image.
     """
+    from PIL import Image
+
     image = _decode(data)
     image.thumbnail((max_px, max_px), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
@@ -135,6 +147,8 @@ def normalize_text(text: str) -> str:
 
 def text_distance(control: str, candidate: str) -> float:
     """``1 - similarity`` of the normalized texts: 0.0 same, 1.0 nothing in common."""
+    from rapidfuzz import fuzz
+
     a, b = normalize_text(control), normalize_text(candidate)
     if a == b:
         return 0.0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -182,3 +184,12 @@ def test_an_outcome_from_a_terminal_job():
     assert (outcome.queue_s, outcome.run_s, outcome.output) == (2.0, 3.0, "X")
     with pytest.raises(ValidationError, match="terminal"):
         Outcome.from_job(job.model_copy(update={"state": JobState.QUEUED}))
+
+
+def test_importing_shadow_leaves_the_heavy_measure_libraries_unloaded():
+    heavy = ("imagehash", "numpy", "scipy", "rapidfuzz", "PIL")
+    script = ("import sys, shadow, shadow.report, shadow.policy\n"
+              f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
