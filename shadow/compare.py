@@ -247,7 +247,7 @@ class _Pair:
             self.measures["number"] = result.number_delta
 
     async def _files(self) -> None:
-        files_a, files_b = self.a.files, self.b.files
+        files_a, files_b = _in_output_order(self.a), _in_output_order(self.b)
         if len(files_a) != len(files_b):
             self._break("file_count", "files", str(len(files_a)), str(len(files_b)))
         pairs = list(zip(files_a, files_b, strict=False))
@@ -328,7 +328,7 @@ def _facts(outcome: Outcome, text: str) -> ArmFacts:
         cost_usd=outcome.cost_usd,
         output_excerpt=_excerpt(outcome.output),
         text=text[:TEXT_CHARS],
-        files=outcome.files,
+        files=_in_output_order(outcome),
     )
 
 
@@ -338,6 +338,16 @@ def _excerpt(output: Any) -> str:
     except ValueError:  # a circular structure cannot come from JSON; be safe anyway
         text = repr(output)
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
+
+def _in_output_order(outcome: Outcome) -> tuple[OutputFile, ...]:
+    """Files ordered by where their URL first appears in the output (walk order); files
+    whose URL does not appear keep their given order, after the others."""
+    position: dict[str, int] = {}
+    for index, text in enumerate(structure.strings_in_order(outcome.output)):
+        position.setdefault(text, index)
+    unseen = len(position)
+    return tuple(sorted(outcome.files, key=lambda f: position.get(f.url or "", unseen)))
 
 
 def _urls(outcome: Outcome) -> frozenset[str]:

@@ -69,7 +69,8 @@ class Outcome(BaseModel):
     output : Any
         The prediction's JSON ``output`` (file URLs in it match ``files[i].url``).
     files : tuple of OutputFile
-        The output files, in the order they appear in ``output``.
+        The output files, in any order: they are paired with the other arm's by where
+        their ``url`` first appears in ``output`` (see :func:`shadow.compare.compare`).
     created_at, started_at, completed_at : datetime or None
         Timezone-aware; queue time is ``started - created``, run time ``completed -
         started``, both in seconds.

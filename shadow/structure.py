@@ -28,6 +28,7 @@ __all__ = [
     "StructureResult",
     "compare_structure",
     "json_type",
+    "strings_in_order",
     "text_of",
 ]
 
@@ -116,6 +117,13 @@ def text_of(value: Any, file_urls: Set[str] = frozenset()) -> str:
     numbers, booleans and nulls contribute nothing.
     """
     return "\n".join(part for part in _text_parts(value, file_urls, 0) if part)
+
+
+def strings_in_order(value: Any) -> list[str]:
+    """Every string of an output, in walk order (object keys sorted), file URLs included."""
+    found: list[str] = []
+    _collect_strings(value, found, 0)
+    return found
 
 
 def compare_structure(
@@ -224,3 +232,16 @@ def _text_parts(value: Any, file_urls: Set[str], depth: int) -> Iterator[str]:
     elif isinstance(value, dict):
         for key in sorted(value, key=str):
             yield from _text_parts(value[key], file_urls, depth + 1)
+
+
+def _collect_strings(value: Any, found: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        found.append(value)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect_strings(item, found, depth + 1)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _collect_strings(value[key], found, depth + 1)

@@ -193,3 +193,13 @@ def test_importing_shadow_leaves_the_heavy_measure_libraries_unloaded():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+async def test_files_are_paired_by_where_their_url_appears_in_the_output():
+    store = Store()
+    image, text = store.add(png((5, 5, 5))), store.add(b"words", "text/plain")
+    control = completed({"a_image": image.url, "b_text": text.url}, (text, image))
+    candidate = completed({"a_image": image.url, "b_text": text.url}, (image, text))
+    result = await compare.compare(control, candidate, read=store.read)
+    assert result.breaks == ()
+    assert [f.media_type for f in result.control.files] == ["image/png", "text/plain"]
