@@ -57,6 +57,8 @@ EXCERPT_CHARS = 2_000
 """Output JSON kept per arm for display."""
 TEXT_CHARS = 4_000
 """Output text kept per arm for the side-by-side diff."""
+MAX_STRUCTURE_BREAKS = 20
+"""Type and key breaks listed per pair; the rest are counted in a note."""
 
 _TEXT_TYPES = ("application/json", "application/x-ndjson")
 _ERROR_KEYWORDS = (
@@ -239,9 +241,13 @@ class _Pair:
             self.a.output, self.b.output,
             control_files=_urls(self.a), candidate_files=_urls(self.b),
         )
-        for difference in result.contract_differences:
+        found = result.contract_differences
+        for difference in found[:MAX_STRUCTURE_BREAKS]:
             kind: BreakKind = "type" if difference.kind == "type" else "key"
             self._break(kind, difference.path, difference.control, difference.candidate)
+        if len(found) > MAX_STRUCTURE_BREAKS:
+            self.notes.append(f"{len(found) - MAX_STRUCTURE_BREAKS} more type or key "
+                              "differences not listed")
         self.measures["list_length"] = float(len(result.length_differences))
         if result.number_delta is not None:
             self.measures["number"] = result.number_delta

@@ -7,6 +7,7 @@ mismatches (text as a unified diff, files listed with their URL when they have o
 from __future__ import annotations
 
 import difflib
+import re
 from typing import TYPE_CHECKING
 
 from shadow.compare import ArmFacts
@@ -124,8 +125,15 @@ def _mismatch(index: int, mismatch: Mismatch) -> list[str]:
             "control text", "candidate text", lineterm="", n=2,
         ))
     if diff:
-        lines += ["```diff", *diff[:_DIFF_LINES], "```", ""]
+        shown = diff[:_DIFF_LINES]
+        fence = "`" * max(3, 1 + max(_backtick_run(line) for line in shown))
+        lines += [f"{fence}diff", *shown, fence, ""]
     return lines
+
+
+def _backtick_run(line: str) -> int:
+    """The longest run of backticks in a line (a fence must be longer to hold it)."""
+    return max((len(run) for run in re.findall(r"`+", line)), default=0)
 
 
 def _error(facts: ArmFacts) -> str:

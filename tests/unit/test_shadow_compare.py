@@ -203,3 +203,11 @@ async def test_files_are_paired_by_where_their_url_appears_in_the_output():
     result = await compare.compare(control, candidate, read=store.read)
     assert result.breaks == ()
     assert [f.media_type for f in result.control.files] == ["image/png", "text/plain"]
+
+
+async def test_structure_breaks_are_capped_and_counted():
+    control = completed([{"v": i} for i in range(50)])
+    candidate = completed([{"v": str(i)} for i in range(50)])
+    result = await compare.compare(control, candidate)
+    assert len(result.breaks) == compare.MAX_STRUCTURE_BREAKS
+    assert result.notes == ("30 more type or key differences not listed",)

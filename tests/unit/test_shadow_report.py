@@ -123,3 +123,9 @@ def test_html_image_source_callback():
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="unknown report format"):
         report.render(example_report(), "pdf")  # type: ignore[arg-type]
+
+
+def test_markdown_fences_hold_backticks_in_outputs():
+    odd = pair({"text": 0.9}, control=arm(text="a ```` b"), candidate=arm(text="c"))
+    text = report.render(report.build("m", [odd], BASELINE, now=NOW), "md")
+    assert "`````diff" in text
