@@ -126,8 +126,24 @@ def _agreement(report: Report) -> str:
             f"<td>{_num(limit.baseline_value if limit else None)}</td>"
             f"<td>{_num(summary.candidate_p50)}</td><td>{_num(summary.baseline_p50)}</td></tr>"
         )
-    return (f'<section id="agreement"><h2>Agreement</h2><table>{head}{"".join(rows)}'
-            "</table></section>")
+    return (f'<section id="agreement"><h2>Agreement</h2>{_rates_plot(report)}'
+            f'<table>{head}{"".join(rows)}</table></section>')
+
+
+def _rates_plot(report: Report) -> str:
+    limits = report.thresholds
+    rows: list[tuple[str, float, float, float, float | None]] = [
+        ("contract breaks", *_interval(report.contract_breaks), limits.max_contract_break_rate),
+        ("any difference", *_interval(report.differences), limits.max_difference_rate),
+        ("status agreement", *_interval(report.status_agreement), None),
+    ]
+    rows += [(summary.measure, *_interval(summary.reported), None)
+             for summary in report.measures if summary.limit is not None]
+    return svg.rates(rows, title=f"share of pairs, {limits.confidence:.0%} CI, red: maximum")
+
+
+def _interval(found: Rate) -> tuple[float, float, float]:
+    return found.value, found.low, found.high
 
 
 def _latency(report: Report) -> str:

@@ -2,6 +2,7 @@
 
 :func:`ecdf` draws empirical cumulative distributions (one step line per arm) of durations
 in seconds: x is the duration, y the share of predictions at or under it (0-100 %).
+:func:`rates` draws shares with their confidence intervals and maximums.
 Lines are drawn with ``shape-rendering="crispEdges"`` in the fixed :data:`COLORS`, so a
 screenshot shows them in exactly those colours (the browser test counts such pixels).
 """
@@ -12,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
-__all__ = ["COLORS", "ecdf", "nice_ticks"]
+__all__ = ["COLORS", "ecdf", "nice_ticks", "rates"]
 
 COLORS = {"control": "#1f77b4", "candidate": "#ff7f0e"}
 """Stroke colour of each arm (RGB 31,119,180 and 255,127,14)."""
@@ -114,3 +115,43 @@ def _legend(index: int, name: str, colour: str, count: int) -> str:
 
 def _fmt(value: float) -> str:
     return f"{value:g}"
+
+
+def rates(rows: Sequence[tuple[str, float, float, float, float | None]], *, title: str) -> str:
+    """Horizontal bars of shares (0-1) with their confidence intervals, one ``<svg>``.
+
+    Each row is ``(label, share, low, high, maximum or None)``: a bar to ``share``, a
+    whisker from ``low`` to ``high`` and, when given, a red tick at the maximum allowed.
+    """
+    row_h, label_w, plot_w = 22, 190, 330
+    height = 46 + row_h * len(rows)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="plot rates" role="img" '
+        f'width="{label_w + plot_w + 70}" height="{height}">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="4" y="16" class="plot-title">{escape(title)}</text>',
+    ]
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x = label_w + plot_w * tick
+        parts.append(f'<line x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{height - 16}" '
+                     'stroke="#eeeeee" shape-rendering="crispEdges"/>'
+                     f'<text x="{x:.1f}" y="{height - 4}" class="tick" '
+                     f'text-anchor="middle">{tick:.0%}</text>')
+    for index, (label, share, low, high, maximum) in enumerate(rows):
+        y = 28 + row_h * index
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" class="tick" '
+                     f'text-anchor="end">{escape(label)}</text>'
+                     f'<rect class="rate-bar" x="{label_w}" y="{y + 3}" '
+                     f'width="{plot_w * share:.1f}" height="12" fill="#8da0b3"/>'
+                     f'<line x1="{label_w + plot_w * low:.1f}" y1="{y + 9}" '
+                     f'x2="{label_w + plot_w * high:.1f}" y2="{y + 9}" stroke="#222222" '
+                     'stroke-width="2" shape-rendering="crispEdges"/>'
+                     f'<text x="{label_w + plot_w + 6}" y="{y + 12}" class="tick">'
+                     f"{share:.1%}</text>")
+        if maximum is not None:
+            x = label_w + plot_w * maximum
+            parts.append(f'<line class="rate-max" x1="{x:.1f}" y1="{y}" x2="{x:.1f}" '
+                         f'y2="{y + 18}" stroke="#d62728" stroke-width="2" '
+                         'shape-rendering="crispEdges"/>')
+    parts.append("</svg>")
+    return "\n".join(parts)

@@ -77,6 +77,7 @@ async def test_the_report_renders_its_plots_and_images_in_chromium(tmp_path):
         assert pixels[colour] >= 0.95 * SIDE_PX * SIDE_PX, f"the {name} image did not render"
 
     dom = dump_dom(page)
-    assert dom.count("<svg") == 2 and dom.count("<polyline") == 4
+    assert dom.count("<svg") == 3 and dom.count("<polyline") == 4
+    assert dom.count('class="rate-bar"') >= 3
     assert dom.count('<img src="data:image/png;base64,') == 2
     assert "HOLD noise:v1: 31 pairs" in dom

@@ -110,7 +110,7 @@ def test_html_is_offline_escaped_and_ordered():
     order = [page.index(f'id="{section}"') for section in
              ("verdict", "contract-breaks", "agreement", "latency", "worst")]
     assert order == sorted(order)
-    assert page.count("<svg") == 2 and 'class="diff"' in page
+    assert page.count("<svg") == 3 and 'class="diff"' in page
     assert '<img src="https://gw.test/a.png"' in page
 
 
