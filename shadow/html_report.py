@@ -152,11 +152,13 @@ def _latency(report: Report) -> str:
         for arm, found in arms.items():
             rows.append(f"<tr><td>{phase}</td><td>{arm}</td><td>{found.n}</td>"
                         f"<td>{_num(found.p50_s)}</td><td>{_num(found.p95_s)}</td>"
+                        f"<td>{_num(found.p95_low_s)} - {_num(found.p95_high_s, 'unbounded')}</td>"
                         f"<td>{_num(found.max_s)}</td></tr>")
         plots.append(svg.ecdf({arm: found.sample_s for arm, found in arms.items()},
                               title=f"{phase} time, share of predictions at or under",
                               unit="seconds"))
-    head = "<tr><th>phase</th><th>arm</th><th>n</th><th>p50 s</th><th>p95 s</th><th>max s</th></tr>"
+    head = ("<tr><th>phase</th><th>arm</th><th>n</th><th>p50 s</th><th>p95 s</th>"
+            f"<th>p95 {report.thresholds.confidence:.0%} CI s</th><th>max s</th></tr>")
     return (f'<section id="latency"><h2>Latency</h2><table>{head}{"".join(rows)}</table>'
             f'<div class="plots">{"".join(plots)}</div></section>')
 

@@ -75,12 +75,13 @@ def _agreement(report: Report) -> list[str]:
 
 
 def _latency(report: Report) -> list[str]:
-    lines = ["## Latency", "", "| phase | arm | n | p50 s | p95 s | max s |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["## Latency", "", "| phase | arm | n | p50 s | p95 s | p95 CI s | max s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for phase, arms in report.latency.items():
         for arm, found in arms.items():
             lines.append(f"| {phase} | {arm} | {found.n} | {_num(found.p50_s)} | "
-                         f"{_num(found.p95_s)} | {_num(found.max_s)} |")
+                         f"{_num(found.p95_s)} | {_num(found.p95_low_s)}-"
+                         f"{_num(found.p95_high_s, 'unbounded')} | {_num(found.max_s)} |")
     return [*lines, ""]
 
 

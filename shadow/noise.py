@@ -32,6 +32,7 @@ __all__ = [
     "contract_breach",
     "judge",
     "quantile",
+    "quantile_interval",
     "rate",
     "wilson",
 ]
@@ -97,6 +98,42 @@ def quantile(values: Sequence[float], q: float) -> tuple[float, int]:
     ordered = sorted(values)
     rank = min(len(ordered), max(1, math.ceil(q * len(ordered) - 1e-9)))
     return ordered[rank - 1], rank
+
+
+def quantile_interval(
+    ordered: Sequence[float], q: float, confidence: float = 0.95
+) -> tuple[float | None, float | None]:
+    """A distribution-free confidence interval of the ``q``-quantile of sorted values.
+
+    With ``B ~ Binomial(n, q)`` the count of values below the true quantile, the interval
+    is the order statistics at ranks ``l`` (the largest with ``P(B <= l - 1) <= a/2``) and
+    ``u`` (the smallest with ``P(B <= u - 1) >= 1 - a/2``), ``a = 1 - confidence``; exact,
+    no normal approximation. A bound whose rank falls outside ``1..n`` is None: too few
+    values to bound the quantile on that side (e.g. a p95 from fewer than 72 values at
+    95 %).
+    """
+    n = len(ordered)
+    if n == 0:
+        return None, None
+    tail = (1 - confidence) / 2
+    cdf = _binomial_cdf(n, q)
+    low_rank = max((rank for rank in range(1, n + 1) if cdf[rank - 1] <= tail), default=0)
+    high_rank = next((rank for rank in range(1, n + 1) if cdf[rank - 1] >= 1 - tail), n + 1)
+    low = ordered[low_rank - 1] if low_rank >= 1 else None
+    high = ordered[high_rank - 1] if high_rank <= n else None
+    return low, high
+
+
+def _binomial_cdf(n: int, q: float) -> list[float]:
+    """``P(B <= k)`` for ``k = 0..n``, ``B ~ Binomial(n, q)``, 0 < q < 1 (log-space pmf)."""
+    log_q, log_p = math.log(q), math.log1p(-q)
+    head = math.lgamma(n + 1)
+    total, found = 0.0, []
+    for k in range(n + 1):
+        log_pmf = head - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
+        total += math.exp(log_pmf)
+        found.append(min(1.0, total))
+    return found
 
 
 class MeasureLimit(BaseModel):

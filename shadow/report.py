@@ -43,13 +43,17 @@ ImageSource = Callable[[OutputFile, str | None], str | None]
 
 
 class Latency(BaseModel):
-    """One arm's durations in seconds: count, median, p95, max and a sorted sample."""
+    """One arm's durations in seconds: count, median, p95 with its confidence interval
+    (:func:`shadow.noise.quantile_interval`; None where too few values bound it), max and
+    a sorted sample for plots."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     n: int
     p50_s: float | None
     p95_s: float | None
+    p95_low_s: float | None = None
+    p95_high_s: float | None = None
     max_s: float | None
     sample_s: tuple[float, ...]
 
@@ -165,7 +169,7 @@ def build(
         differences=noise.rate(sum(j.differs for j in judged), len(found), confidence),
         break_kinds=dict(Counter(b.kind for p in found for b in p.breaks).most_common()),
         measures=_measures(found, judged, base, limits, confidence),
-        latency=_latency(found),
+        latency=_latency(found, confidence),
         cost=_cost(found),
         worst=tuple(ranked[:worst]),
         verdict=verdict.Verdict(decision="hold", line=""),
@@ -222,7 +226,8 @@ def _measures(
     return tuple(summaries)
 
 
-def _latency(pairs: Sequence[PairComparison]) -> dict[str, dict[str, Latency]]:
+def _latency(pairs: Sequence[PairComparison], confidence: float
+             ) -> dict[str, dict[str, Latency]]:
     found: dict[str, dict[str, Latency]] = {}
     for phase in ("queue", "run"):
         found[phase] = {}
@@ -231,8 +236,10 @@ def _latency(pairs: Sequence[PairComparison]) -> dict[str, dict[str, Latency]]:
                 value for p in pairs
                 if (value := getattr(getattr(p, arm), f"{phase}_s")) is not None
             )
+            low, high = noise.quantile_interval(values, 0.95, confidence)
             found[phase][arm] = Latency(
                 n=len(values), p50_s=_percentile(values, 0.5), p95_s=_percentile(values, 0.95),
+                p95_low_s=low, p95_high_s=high,
                 max_s=values[-1] if values else None, sample_s=_sample(values),
             )
     return found

@@ -3,10 +3,12 @@
 Three outcomes (docs/shadow.md, "The verdict"):
 
 - ``block``: the evidence says a threshold is breached: a Wilson *lower* bound above its
-  maximum rate, or (with at least ``min_pairs`` pairs) the p95 run-time or cost ratio
-  above its maximum;
-- ``promote``: at least ``min_pairs`` pairs, and every Wilson *upper* bound and ratio
-  within its maximum;
+  maximum rate, the p95 run-time ratio above its maximum even from the candidate's lowest
+  plausible p95 to the control's highest, or (with at least ``min_pairs`` pairs) the cost
+  ratio above its maximum;
+- ``promote``: at least ``min_pairs`` pairs, every Wilson *upper* bound within its
+  maximum, the p95 ratio within its maximum from the candidate's highest plausible p95 to
+  the control's lowest, and the cost ratio within its maximum;
 - ``hold``: anything in between; the line says what is missing.
 """
 
@@ -80,21 +82,46 @@ def _rate_checks(report: Report) -> tuple[list[str], list[str]]:
 def _ratio_checks(report: Report) -> tuple[list[str], list[str]]:
     blocks: list[str] = []
     holds: list[str] = []
-    enough = report.pairs >= report.thresholds.min_pairs
-    run = report.latency.get("run", {})
-    control, candidate = run.get("control"), run.get("candidate")
-    maximum = report.thresholds.max_p95_latency_ratio
-    if maximum is not None and control and candidate and control.p95_s and candidate.p95_s:
-        ratio = candidate.p95_s / control.p95_s
-        if ratio > maximum:
-            message = f"p95 run time {ratio:.2f}x control > {maximum:.2f}x"
-            (blocks if enough else holds).append(message)
+    latency = _latency_check(report)
+    if latency:
+        (blocks if latency[0] else holds).append(latency[1])
     cost_max = report.thresholds.max_cost_ratio
+    enough = report.pairs >= report.thresholds.min_pairs
     if cost_max is not None and report.cost and report.cost.ratio is not None:
         if report.cost.ratio > cost_max:
             message = f"mean cost {report.cost.ratio:.2f}x control > {cost_max:.2f}x"
             (blocks if enough else holds).append(message)
     return blocks, holds
+
+
+def _latency_check(report: Report) -> tuple[bool, str] | None:
+    """``(blocks, message)`` when the p95 run-time ratio is, or may be, over its maximum.
+
+    Blocks when even the candidate's lowest plausible p95 over the control's highest is
+    over the maximum; holds when the point ratio is over, or when the intervals cannot
+    rule it out (too few values bound a p95).
+    """
+    maximum = report.thresholds.max_p95_latency_ratio
+    run = report.latency.get("run", {})
+    control, candidate = run.get("control"), run.get("candidate")
+    if maximum is None or not control or not candidate or not control.p95_s:
+        return None
+    if candidate.p95_s is None:
+        return None
+    ratio = candidate.p95_s / control.p95_s
+    floor_ratio = (candidate.p95_low_s / control.p95_high_s
+                   if candidate.p95_low_s is not None and control.p95_high_s else None)
+    ceiling_ratio = (candidate.p95_high_s / control.p95_low_s
+                     if candidate.p95_high_s is not None and control.p95_low_s else None)
+    if floor_ratio is not None and floor_ratio > maximum:
+        return True, (f"p95 run time {ratio:.2f}x control (at least {floor_ratio:.2f}x) "
+                      f"> {maximum:.2f}x")
+    if ratio > maximum:
+        return False, f"p95 run time {ratio:.2f}x control > {maximum:.2f}x, not yet certain"
+    if ceiling_ratio is None or ceiling_ratio > maximum:
+        bound = "unbounded" if ceiling_ratio is None else f"up to {ceiling_ratio:.2f}x"
+        return False, f"p95 run time ratio could be {bound} (max {maximum:.2f}x)"
+    return None
 
 
 def _share(found: Rate) -> str:

@@ -104,3 +104,14 @@ def test_thresholds_round_trip_and_overrides():
     assert thresholds.margin("image_phash") is None
     assert thresholds.margin("text") == 0.2
     assert thresholds.margin("image_color") == DEFAULT_MARGINS["image_color"]
+
+
+@pytest.mark.parametrize(("n", "q", "expected"), [
+    (100, 0.5, (40.0, 61.0)),     # the textbook ranks of a median's 95 % interval
+    (72, 0.95, (64.0, 72.0)),     # 1 - 0.95**72 >= 0.975: the maximum bounds the p95
+    (71, 0.95, (63.0, None)),     # one value fewer: nothing bounds it from above
+    (0, 0.95, (None, None)),
+])
+def test_quantile_intervals_from_order_statistics(n, q, expected):
+    values = [float(v) for v in range(1, n + 1)]
+    assert noise.quantile_interval(values, q, 0.95) == expected

@@ -129,3 +129,22 @@ def test_markdown_fences_hold_backticks_in_outputs():
     odd = pair({"text": 0.9}, control=arm(text="a ```` b"), candidate=arm(text="c"))
     text = report.render(report.build("m", [odd], BASELINE, now=NOW), "md")
     assert "`````diff" in text
+
+
+def test_a_p95_that_cannot_be_bounded_holds_and_a_clearly_slower_one_blocks():
+    few = [pair(control=arm(run_s=1.0 + i / 100), candidate=arm(run_s=1.0 + i / 100))
+           for i in range(60)]
+    held = report.build("m", few, BASELINE, Thresholds(min_pairs=50), now=NOW)
+    assert held.verdict.decision == "hold"
+    assert "p95 run time ratio could be unbounded" in held.verdict.line
+    slow = [pair(control=arm(run_s=1.0 + i / 100), candidate=arm(run_s=3.0 + i / 100))
+            for i in range(60)]
+    unsure = report.build("m", slow, BASELINE, Thresholds(min_pairs=50), now=NOW)
+    assert unsure.verdict.decision == "hold", "60 values cannot bound the control's p95"
+    assert "not yet certain" in unsure.verdict.line
+    assert unsure.latency["run"]["candidate"].p95_high_s is None
+    slower = [pair(control=arm(run_s=1.0 + i / 100), candidate=arm(run_s=3.0 + i / 100))
+              for i in range(100)]
+    blocked = report.build("m", slower, BASELINE, Thresholds(min_pairs=50), now=NOW)
+    assert blocked.verdict.decision == "block"
+    assert "(at least" in blocked.verdict.line
