@@ -11,19 +11,16 @@ provider-event processor, webhook delivery). The admin API is a sub-application 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import httpx
-import sqlalchemy as sa
 from aiohttp import web
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.clock import utcnow
 from gateway.config import Settings
@@ -44,20 +41,25 @@ from gateway.providers import Provider, build_adapter
 from gateway.reaper import Reaper
 from gateway.routing import Router
 from gateway.storage import open_storage
-from gateway.store import db
+from gateway.store import db, secrets
+from gateway.store.deadletters import DeadLetterRows
+from gateway.store.deliveries import DeliveryQueue
+from gateway.store.events import ProviderEvents
 from gateway.store.jobs import JobStore
 from gateway.store.outbox import Planner
-from gateway.store.schema import secrets
 from gateway.watch import Watcher
 from gateway.webhooks import delivery, retry, signing, ssrf
+from gateway.webhooks.deadletter import DeadLetters
 
-__all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "signing_secret"]
+__all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve", "signing_secret"]
 
 log = logging.getLogger(__name__)
 LOOPS = web.AppKey("loops", list[Loop])
 OWNER = web.AppKey("owner", str)
 WEBHOOK_POLICY = web.AppKey("webhook_policy", ssrf.WebhookTargetPolicy)
 _WEBHOOK_HTTP = web.AppKey("webhook_http", aiohttp.ClientSession)
+_ENGINE = web.AppKey("engine", db.Engine)
+_EVENTS = web.AppKey("events", ProviderEvents)
 SHUTDOWN_GRACE_S = 5.0
 SIGNING_SECRET_NAME = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
@@ -98,19 +100,34 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     return app
 
 
+def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    """Run the gateway on ``[gateway] listen`` until SIGINT or SIGTERM (blocks)."""
+    gw = settings.gateway
+    web.run_app(
+        create_app(settings),
+        host=gw.host,
+        port=gw.port,
+        ssl_context=ssl_context,
+        print=None,
+        access_log=None,
+        shutdown_timeout=10.0,
+    )
+
+
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     engine = db.create_engine(settings.gateway.database_url)
     try:
         await db.migrate(engine)
-        app[keys.ENGINE] = engine
+        app[_ENGINE] = engine
         app[keys.SIGNING_SECRET] = await signing_secret(engine, settings)
+        app[keys.DEAD_LETTERS] = DeadLetters(DeadLetterRows(engine))
         yield
     finally:
         await engine.dispose()
 
 
-async def signing_secret(engine: AsyncEngine, settings: Settings) -> str:
+async def signing_secret(engine: db.Engine, settings: Settings) -> str:
     """The ``whsec_`` key outbound webhooks are signed with.
 
     The configured ``[webhooks] signing_secret`` wins; otherwise one is generated once
@@ -118,20 +135,7 @@ async def signing_secret(engine: AsyncEngine, settings: Settings) -> str:
     """
     if settings.webhooks.signing_secret is not None:
         return settings.webhooks.signing_secret.get_secret_value()
-    query = sa.select(secrets.c.value).where(secrets.c.name == SIGNING_SECRET_NAME)
-    async with engine.connect() as conn:
-        stored = (await conn.execute(query)).scalar()
-    if stored is not None:
-        return str(stored)
-    with contextlib.suppress(IntegrityError):
-        async with engine.begin() as conn:
-            await conn.execute(
-                secrets.insert().values(
-                    name=SIGNING_SECRET_NAME, value=signing.generate_secret(), created_at=utcnow()
-                )
-            )
-    async with engine.connect() as conn:
-        return str((await conn.execute(query)).scalar_one())
+    return await secrets.get_or_create(engine, SIGNING_SECRET_NAME, signing.generate_secret)
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
@@ -156,13 +160,14 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     gw = settings.gateway
     owner = f"{socket.gethostname()}:{os.getpid()}:{id(app):x}"
     store = JobStore(
-        app[keys.ENGINE],
+        app[_ENGINE],
         planner=Planner(base_url=gw.public_url, throttle_s=settings.webhooks.throttle_s),
         owner=owner,
+        lease_s=gw.lease_s,
     )
-    store.set_lease_duration(gw.lease_s)
     app[keys.STORE] = store
     app[OWNER] = owner
+    app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s)
     downloads = httpx.AsyncClient(
         timeout=httpx.Timeout(gw.output_download_timeout_s, connect=10.0), trust_env=False
     )
@@ -191,7 +196,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             public_url=gw.public_url,
         )
         app[keys.INTAKE] = Intake(
-            store=store, providers=app[keys.PROVIDERS], notifier=app[keys.NOTIFIER]
+            store=store,
+            events=app[_EVENTS],
+            providers=app[keys.PROVIDERS],
+            notifier=app[keys.NOTIFIER],
         )
         yield
 
@@ -226,7 +234,7 @@ def build_loops(app: web.Application) -> list[Loop]:
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
             ),
         ),
-        EventProcessor(**common, owner=app[OWNER], lease_s=gw.lease_s),
+        EventProcessor(**common, events=app[_EVENTS]),
         Poller(**common),
         Reaper(
             **common,
@@ -235,15 +243,18 @@ def build_loops(app: web.Application) -> list[Loop]:
             max_job_lifetime_s=gw.max_job_lifetime_s,
         ),
         _delivery(app),
-        Watcher(engine=app[keys.ENGINE], notifier=app[keys.NOTIFIER], interval_s=0.25),
+        Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
     ]
 
 
 def _delivery(app: web.Application) -> delivery.Delivery:
     settings = app[keys.SETTINGS]
     hooks = settings.webhooks
+    queue = DeliveryQueue(
+        app[_ENGINE], owner=app[OWNER], lease_s=settings.gateway.lease_s + hooks.timeout_s
+    )
     return delivery.Delivery(
-        engine=app[keys.ENGINE],
+        queue=queue,
         http=app[_WEBHOOK_HTTP],
         signer=delivery.signer_for(app[keys.SIGNING_SECRET], hooks),
         schedule=retry.Schedule(
@@ -252,8 +263,6 @@ def _delivery(app: web.Application) -> delivery.Delivery:
             max_retry_after_s=hooks.max_retry_after_s,
         ),
         notifier=app[keys.NOTIFIER],
-        owner=app[OWNER],
-        lease_s=settings.gateway.lease_s + hooks.timeout_s,
         max_concurrency=hooks.max_concurrency,
         max_per_host=hooks.max_per_host,
         interval_s=settings.gateway.loop_interval_s,

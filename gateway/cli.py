@@ -24,15 +24,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
-
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import logs
-from gateway.app import create_app
+from gateway import app, logs
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.store import db
+from gateway.store.deadletters import DeadLetterRows
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
 
 __all__ = ["main", "readiness_problems"]
@@ -138,7 +135,7 @@ async def _migrate(settings: Settings) -> None:
 
 async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
     engine = db.create_engine(settings.gateway.database_url)
-    letters = DeadLetters(engine)
+    letters = DeadLetters(DeadLetterRows(engine))
     try:
         if args.action == "list-dead":
             found = await letters.list_dead(
@@ -161,7 +158,7 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
     except CutoverError as exc:
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
-    except (SQLAlchemyError, OSError) as exc:  # OSError: asyncpg cannot connect
+    except (db.StoreError, OSError) as exc:  # OSError: asyncpg cannot connect
         why = f"cannot read the outbox ({type(exc).__name__})"
         print(f"cutover: {why}; is the database up and migrated?", file=sys.stderr)
         return 1
@@ -214,15 +211,7 @@ def _serve(settings: Settings) -> int:
         "gateway_starting",
         extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
     )
-    web.run_app(
-        create_app(settings),
-        host=gw.host,
-        port=gw.port,
-        ssl_context=context,
-        print=None,
-        access_log=None,
-        shutdown_timeout=10.0,
-    )
+    app.serve(settings, ssl_context=context)
     return 0
 
 

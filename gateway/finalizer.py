@@ -12,15 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
-from sqlalchemy.exc import DBAPIError
-
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.outputs import AssetError, OutputCopier
-from gateway.store.jobs import JobStore, Outcome
+from gateway.store.jobs import JobStore, Outcome, ValueRefused
 
 __all__ = ["Finalizer"]
 
@@ -94,11 +92,11 @@ class Finalizer:
     async def _record(self, job: Job, outcome: Outcome) -> Job:
         try:
             done = await self._store.finish(job.id, outcome)
-        except DBAPIError as exc:  # a value the store refuses (too long, NUL on PostgreSQL)
+        except ValueRefused as exc:  # a value the store refuses (too long, NUL on PostgreSQL)
             log.warning(
-                "outcome_refused_by_store", extra={"job_id": job.id, "error": type(exc).__name__}
+                "outcome_refused_by_store", extra={"job_id": job.id, "error": exc.error}
             )
-            error = f"the provider's result could not be stored ({type(exc.orig).__name__})"
+            error = f"the provider's result could not be stored ({exc.cause})"
             done = await self._store.finish(
                 job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
             )

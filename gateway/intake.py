@@ -14,26 +14,21 @@ and are applied when the gateway returns.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import timedelta
 
-import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from contracts.errors import CutoverError, ServiceUnavailable, WebhookVerificationError
+from contracts.errors import CutoverError, WebhookVerificationError
 from contracts.job import JobState
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import Notifier
 from gateway.providers import Provider
+from gateway.store.events import ProviderEvent, ProviderEvents
 from gateway.store.jobs import JobStore, Progress
-from gateway.store.schema import provider_events
 
 __all__ = ["EventProcessor", "Intake"]
 
@@ -47,11 +42,13 @@ class Intake:
         self,
         *,
         store: JobStore,
+        events: ProviderEvents,
         providers: dict[str, Provider],
         notifier: Notifier,
         clock: Clock = utcnow,
     ) -> None:
         self._store = store
+        self._events = events
         self._providers = providers
         self._notifier = notifier
         self._clock = clock
@@ -97,21 +94,8 @@ class Intake:
         """:meth:`receive` after :meth:`authorize`: the adapter's check, then storage."""
         provider_name = provider.name
         provider.adapter.verify_webhook(headers, body)
-        try:
-            async with self._store.engine.begin() as conn:
-                await conn.execute(
-                    provider_events.insert().values(
-                        job_id=job_id,
-                        provider=provider_name,
-                        event_key=hashlib.sha256(body).hexdigest(),
-                        body=body,
-                        received_at=self._clock(),
-                    )
-                )
-        except IntegrityError:
+        if not await self._events.add(job_id, provider_name, body):
             return False
-        except SQLAlchemyError as exc:
-            raise ServiceUnavailable("the event could not be stored; retry later") from exc
         self._notifier.wake(EventProcessor.name)
         interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
         await self._store.postpone_check(job_id, self._clock() + interval)
@@ -127,61 +111,29 @@ class EventProcessor(Loop):
         self,
         *,
         store: JobStore,
+        events: ProviderEvents,
         providers: dict[str, Provider],
         finalizer: Finalizer,
         notifier: Notifier,
-        owner: str,
-        lease_s: float,
         interval_s: float,
         batch: int = 64,
-        clock: Clock = utcnow,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._store = store
-        self._engine: AsyncEngine = store.engine
+        self._events = events
         self._providers = providers
         self._finalizer = finalizer
-        self._owner = owner
-        self._lease = timedelta(seconds=lease_s)
         self._batch = batch
-        self._clock = clock
 
     async def run_once(self) -> int:
-        rows = await self._claim()
-        by_job: defaultdict[str, list[sa.Row]] = defaultdict(list)  # type: ignore[type-arg]
-        for row in rows:
-            by_job[row.job_id].append(row)
-        await asyncio.gather(*(self._apply_all(events) for events in by_job.values()))
-        return len(rows)
+        events = await self._events.claim(self._batch)
+        by_job: defaultdict[str, list[ProviderEvent]] = defaultdict(list)
+        for event in events:
+            by_job[event.job_id].append(event)
+        await asyncio.gather(*(self._apply_all(job_events) for job_events in by_job.values()))
+        return len(events)
 
-    async def _claim(self) -> list[sa.Row]:  # type: ignore[type-arg]
-        now = self._clock()
-        pending = (
-            sa.select(provider_events.c.id)
-            .where(
-                provider_events.c.processed_at.is_(None),
-                sa.or_(
-                    provider_events.c.leased_until.is_(None),
-                    provider_events.c.leased_until < now,
-                ),
-            )
-            .order_by(provider_events.c.id)
-            .limit(self._batch)
-            .with_for_update(skip_locked=True)
-        )
-        async with self._engine.begin() as conn:
-            ids = list((await conn.execute(pending)).scalars())
-            if not ids:
-                return []
-            rows = await conn.execute(
-                provider_events.update()
-                .where(provider_events.c.id.in_(ids))
-                .values(lease_owner=self._owner, leased_until=now + self._lease)
-                .returning(*provider_events.c)
-            )
-            return sorted(rows, key=lambda r: r.id)
-
-    async def _apply_all(self, events: list[sa.Row]) -> None:  # type: ignore[type-arg]
+    async def _apply_all(self, events: list[ProviderEvent]) -> None:
         for event in events:
             try:
                 await self._apply(event)
@@ -195,14 +147,9 @@ class EventProcessor(Loop):
                     "provider_event_failed",
                     extra={"job_id": event.job_id, "provider": event.provider},
                 )
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    provider_events.update()
-                    .where(provider_events.c.id == event.id)
-                    .values(processed_at=self._clock(), lease_owner=None, leased_until=None)
-                )
+            await self._events.mark_processed(event.id)
 
-    async def _apply(self, event: sa.Row) -> None:  # type: ignore[type-arg]
+    async def _apply(self, event: ProviderEvent) -> None:
         provider = self._providers.get(event.provider)
         if provider is None:
             return

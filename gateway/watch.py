@@ -9,18 +9,11 @@ Changes made in this process wake waiters directly.
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from contracts.job import TERMINAL_STATES
 from gateway.loop import Loop
 from gateway.notify import Notifier
-from gateway.store.schema import jobs
+from gateway.store.jobs import JobStore
 
 __all__ = ["Watcher"]
-
-_TERMINAL = [s.value for s in TERMINAL_STATES]
-_BATCH = 500
 
 
 class Watcher(Loop):
@@ -28,17 +21,12 @@ class Watcher(Loop):
 
     name = "watcher"
 
-    def __init__(self, *, engine: AsyncEngine, notifier: Notifier, interval_s: float) -> None:
+    def __init__(self, *, store: JobStore, notifier: Notifier, interval_s: float) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
-        self._engine = engine
+        self._store = store
 
     async def run_once(self) -> int:
         """Wake the waiters of finished jobs; return 0 (the loop then sleeps its interval)."""
-        waited = self._notifier.waited_jobs()
-        for start in range(0, len(waited), _BATCH):
-            chunk = waited[start : start + _BATCH]
-            query = sa.select(jobs.c.id).where(jobs.c.id.in_(chunk), jobs.c.state.in_(_TERMINAL))
-            async with self._engine.connect() as conn:
-                for job_id in (await conn.execute(query)).scalars():
-                    self._notifier.job_changed(job_id)
+        for job_id in await self._store.terminal_among(self._notifier.waited_jobs()):
+            self._notifier.job_changed(job_id)
         return 0

@@ -73,7 +73,7 @@ def _admin_auth(accepted: list[bytes]) -> Callable[..., Awaitable[web.StreamResp
 
 
 def _letters(request: web.Request) -> DeadLetters:
-    return DeadLetters(request.config_dict[keys.ENGINE])
+    return request.config_dict[keys.DEAD_LETTERS]
 
 
 @routes.get("/webhooks/dead")

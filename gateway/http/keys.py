@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from aiohttp import web
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.config import Settings
 from gateway.intake import Intake
@@ -16,9 +15,9 @@ from gateway.providers import Provider
 from gateway.routing import Router
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
+from gateway.webhooks.deadletter import DeadLetters
 
 SETTINGS = web.AppKey("settings", Settings)
-ENGINE = web.AppKey("engine", AsyncEngine)
 STORE = web.AppKey("store", JobStore)
 NOTIFIER = web.AppKey("notifier", Notifier)
 ROUTER = web.AppKey("router", Router)
@@ -29,3 +28,4 @@ STORAGE = web.AppKey("storage", Storage)
 SIGNING_SECRET = web.AppKey("signing_secret", str)
 STARTED_AT = web.AppKey("started_at", datetime)
 METRICS = web.AppKey("metrics", Metrics)
+DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import mimetypes
 
-import sqlalchemy as sa
 from aiohttp import web
 
 from contracts.errors import PayloadTooLarge, WebhookVerificationError
 from gateway.http import keys
 from gateway.http.middleware import json_response, problem_response
 from gateway.metrics import CONTENT_TYPE
-from gateway.store.schema import assets
 
 __all__ = ["routes"]
 
@@ -29,8 +27,7 @@ async def ready(request: web.Request) -> web.Response:
     """Ready: the store answers and at least one provider and route are configured."""
     problems = []
     try:
-        async with request.app[keys.ENGINE].connect() as conn:
-            await conn.execute(sa.text("SELECT 1"))
+        await request.app[keys.STORE].ping()
     except Exception as exc:  # noqa: BLE001 (readiness reports any store failure)
         problems.append(f"store unreachable: {type(exc).__name__}")
     if not request.app[keys.PROVIDERS]:
@@ -56,10 +53,7 @@ async def asset(request: web.Request) -> web.StreamResponse:
     path = request.app[keys.STORAGE].path(key)
     if path is None:
         raise web.HTTPNotFound()
-    async with request.app[keys.ENGINE].connect() as conn:
-        content_type = (
-            await conn.execute(sa.select(assets.c.content_type).where(assets.c.key == key))
-        ).scalar()
+    content_type = await request.app[keys.STORE].asset_content_type(key)
     response = web.FileResponse(path, headers=_ASSET_HEADERS)
     response.content_type = (
         content_type or mimetypes.guess_type(path.name)[0] or "application/octet-stream"

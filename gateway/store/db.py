@@ -15,11 +15,17 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from contracts.errors import ConfigurationError
 
-__all__ = ["create_engine", "is_sqlite", "migrate"]
+__all__ = ["Engine", "StoreError", "create_engine", "is_sqlite", "migrate"]
+
+Engine = AsyncEngine
+"""The process's engine: created by the composition root, handed only to store classes."""
+StoreError = SQLAlchemyError
+"""The base of every error the database layer raises."""
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_S = 30.0

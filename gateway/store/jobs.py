@@ -15,19 +15,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, NotFound
-from contracts.job import ACTIVE_STATES, Job, JobState, can_transition
+from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState, can_transition
 from gateway.clock import Clock, utcnow
-from gateway.store import outbox
+from gateway.store import lease, outbox
 from gateway.store.schema import assets, jobs, provider_events
 
-__all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress"]
+__all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress", "ValueRefused"]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _UNSUBMITTED = [JobState.CREATING.value, JobState.QUEUED.value]
+_TERMINAL = [s.value for s in TERMINAL_STATES]
+_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,18 @@ class Outcome:
     assets: Sequence[AssetRecord] = ()
 
 
+class ValueRefused(Exception):
+    """The database refused to store a value.
+
+    ``error`` names the store's error class, ``cause`` the database driver's.
+    """
+
+    def __init__(self, error: str, cause: str) -> None:
+        super().__init__(f"{error} ({cause})")
+        self.error = error
+        self.cause = cause
+
+
 def _text(value: str | None) -> str | None:
     """Provider text made storable everywhere: PostgreSQL text cannot hold NUL."""
     return None if value is None else value.replace("\x00", "\ufffd")
@@ -105,6 +119,8 @@ class JobStore:
         Decides which outbound webhook events a transition causes.
     owner : str
         This process's lease owner id.
+    lease_s : float
+        How long a claim holds a job before another process may take it, in seconds.
     clock : Clock
         Injected time source.
     """
@@ -115,16 +131,24 @@ class JobStore:
         *,
         planner: outbox.Planner,
         owner: str,
+        lease_s: float = 30.0,
         clock: Clock = utcnow,
     ) -> None:
         self._engine = engine
         self._planner = planner
         self._owner = owner
+        self._lease_duration = timedelta(seconds=lease_s)
         self._clock = clock
 
     @property
     def engine(self) -> AsyncEngine:
+        """The engine, for tests that inspect or rewrite rows (the gateway never asks)."""
         return self._engine
+
+    async def ping(self) -> None:
+        """Run ``SELECT 1``; raises whatever the database raises when it cannot answer."""
+        async with self._engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
 
     # --- create and read -------------------------------------------------------------
 
@@ -253,6 +277,27 @@ class JobStore:
             found = [_job(row) for row in await conn.execute(query)]
         return found[::-1] if after is not None else found
 
+    async def terminal_among(self, job_ids: Sequence[str]) -> list[str]:
+        """Which of ``job_ids`` are in a terminal state (asked in batches of 500)."""
+        found: list[str] = []
+        if not job_ids:
+            return found
+        async with self._engine.connect() as conn:
+            for start in range(0, len(job_ids), _BATCH):
+                chunk = job_ids[start : start + _BATCH]
+                query = sa.select(jobs.c.id).where(
+                    jobs.c.id.in_(chunk), jobs.c.state.in_(_TERMINAL)
+                )
+                found.extend((await conn.execute(query)).scalars())
+        return found
+
+    async def asset_content_type(self, key: str) -> str | None:
+        """The recorded content type of the owned file ``key``, if it is known."""
+        async with self._engine.connect() as conn:
+            return (
+                await conn.execute(sa.select(assets.c.content_type).where(assets.c.key == key))
+            ).scalar()
+
     # --- leases -----------------------------------------------------------------------
 
     async def claim_dispatch(self, provider: str, limit: int) -> list[Job]:
@@ -269,7 +314,7 @@ class JobStore:
                 jobs.c.cancel_requested_at.is_(None),
                 sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
                 sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
-                sa.or_(jobs.c.leased_until.is_(None), jobs.c.leased_until < now),
+                lease.unleased(jobs, now),
             )
             .order_by(jobs.c.created_at, jobs.c.id)
             .limit(limit)
@@ -285,7 +330,7 @@ class JobStore:
                 jobs.c.state.in_(_ACTIVE),
                 jobs.c.submitted_at.is_not(None),
                 jobs.c.next_attempt_at <= now,
-                sa.or_(jobs.c.leased_until.is_(None), jobs.c.leased_until < now),
+                lease.unleased(jobs, now),
             )
             .order_by(jobs.c.next_attempt_at)
             .limit(limit)
@@ -295,22 +340,8 @@ class JobStore:
     async def _lease(self, due: sa.Select[Any], now: datetime) -> list[Job]:
         until = now + self._lease_duration
         async with self._engine.begin() as conn:
-            ids = list((await conn.execute(due.with_for_update(skip_locked=True))).scalars())
-            if not ids:
-                return []
-            rows = await conn.execute(
-                jobs.update()
-                .where(jobs.c.id.in_(ids))
-                .values(lease_owner=self._owner, leased_until=until)
-                .returning(*jobs.c)
-            )
-            return sorted((_job(r) for r in rows), key=lambda j: ids.index(j.id))
-
-    _lease_duration = timedelta(seconds=30)
-
-    def set_lease_duration(self, seconds: float) -> None:
-        """How long a claim holds a job before another process may take it."""
-        self._lease_duration = timedelta(seconds=seconds)
+            rows = await lease.claim(conn, jobs, due, owner=self._owner, until=until)
+        return [_job(row) for row in rows]
 
     async def postpone_check(self, job_id: str, until: datetime) -> None:
         """Push a submitted job's next poll or watchdog probe back to ``until``.
@@ -482,7 +513,18 @@ class JobStore:
 
         Returns the finished job, or None when the job was already terminal (or does
         not exist): a second call is a no-op (DESIGN invariant 3).
+
+        Raises
+        ------
+        ValueRefused
+            The database raised a DBAPI error while recording the outcome.
         """
+        try:
+            return await self._finish(job_id, outcome)
+        except DBAPIError as exc:
+            raise ValueRefused(type(exc).__name__, type(exc.orig).__name__) from exc
+
+    async def _finish(self, job_id: str, outcome: Outcome) -> Job | None:
         now = self._clock()
         async with self._engine.begin() as conn:
             old = await self._locked(conn, job_id)
@@ -558,7 +600,7 @@ class JobStore:
                 jobs.c.state.in_(_UNSUBMITTED),
                 jobs.c.submitted_at.is_(None),
                 sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
-                sa.or_(jobs.c.leased_until.is_(None), jobs.c.leased_until < now),
+                lease.unleased(jobs, now),
             )
             .limit(limit)
         )

@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from contracts.errors import Conflict, ContractViolation, NotFound
-from gateway.clock import Clock, utcnow
-from gateway.store import outbox
-from gateway.store.schema import endpoints
-from gateway.store.schema import outbox as table
+from gateway.store.deadletters import DeadLetterRows, Ref
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "parse_time"]
 
@@ -81,10 +76,11 @@ class Letter:
     payload: Any = None
 
     @classmethod
-    def from_row(cls, row: sa.Row[Any], *, with_payload: bool = False) -> Letter:
-        data = {k: v for k, v in row._mapping.items() if k in _FIELDS}
-        data["prediction_id"] = row.job_id
-        data["payload"] = json.loads(row.payload) if with_payload else None
+    def from_row(cls, row: Mapping[str, Any], *, with_payload: bool = False) -> Letter:
+        """A letter from a row of :class:`gateway.store.deadletters.DeadLetterRows`."""
+        data = {k: v for k, v in row.items() if k in _FIELDS}
+        data["prediction_id"] = row["job_id"]
+        data["payload"] = json.loads(row["payload"]) if with_payload else None
         return cls(**data)
 
     def to_json(self) -> dict[str, Any]:
@@ -99,7 +95,6 @@ _FIELDS = {
     "id", "msg_id", "event", "status", "url", "attempts", "created_at", "next_attempt_at",
     "last_attempt_at", "delivered_at", "last_status_code", "last_error",
 }  # fmt: skip
-_COLUMNS = [c for c in table.c if c.name in _FIELDS | {"job_id"}]
 
 
 class DeadLetters:
@@ -107,15 +102,12 @@ class DeadLetters:
 
     Parameters
     ----------
-    engine : AsyncEngine
-        The store (owned by the caller).
-    clock : Clock
-        Injected time source (a replay is due at "now").
+    rows : DeadLetterRows
+        The outbox rows in the store.
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
-        self._engine = engine
-        self._clock = clock
+    def __init__(self, rows: DeadLetterRows) -> None:
+        self._rows = rows
 
     async def list_dead(
         self,
@@ -133,14 +125,9 @@ class DeadLetters:
         """
         if not 1 <= limit <= MAX_LIMIT:
             raise ContractViolation(f"limit must be between 1 and {MAX_LIMIT}")
-        query = (
-            sa.select(*_COLUMNS)
-            .where(table.c.status == outbox.DEAD, *_window(since, until))
-            .order_by(table.c.created_at.desc(), table.c.id.desc())
-            .limit(limit)
-        )
-        async with self._engine.connect() as conn:
-            return [Letter.from_row(row) for row in await conn.execute(query)]
+        _check_window(since, until)
+        found = await self._rows.list_dead(since=since, until=until, limit=limit)
+        return [Letter.from_row(row) for row in found]
 
     async def get(self, ref: str) -> Letter:
         """The event ``ref`` (an outbox id, or a ``msg_...`` webhook id), with its payload.
@@ -152,8 +139,7 @@ class DeadLetters:
         NotFound
             No such event.
         """
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(sa.select(table).where(_ref(ref)))).first()
+        row = await self._rows.find(_ref(ref))
         if row is None:
             raise NotFound(f"webhook event {ref!r} does not exist")
         return Letter.from_row(row, with_payload=True)
@@ -168,8 +154,7 @@ class DeadLetters:
         Conflict
             The event is not dead (it is pending, delivered, dropped or superseded).
         """
-        async with self._engine.begin() as conn:
-            ids = await self._revive(conn, [_ref(ref)])
+        ids = await self._rows.revive(_ref(ref))
         if not ids:
             current = await self.get(ref)
             raise Conflict(
@@ -186,56 +171,27 @@ class DeadLetters:
         ContractViolation
             ``since`` is not before ``until``.
         """
-        async with self._engine.begin() as conn:
-            return await self._revive(conn, _window(since, until))
+        _check_window(since, until)
+        return await self._rows.revive_range(since=since, until=until)
 
     async def disabled_endpoints(self) -> list[dict[str, Any]]:
         """Endpoints disabled by a 410: ``url``, ``disabled_at`` (ISO 8601), ``reason``."""
-        query = sa.select(endpoints).order_by(endpoints.c.disabled_at.desc())
-        async with self._engine.connect() as conn:
-            rows = await conn.execute(query)
-            return [
-                {"url": r.url, "disabled_at": r.disabled_at.isoformat(), "reason": r.reason}
-                for r in rows
-            ]
-
-    async def _revive(self, conn: AsyncConnection, where: list[Any]) -> list[int]:
-        rows = (
-            await conn.execute(
-                table.update()
-                .where(table.c.status == outbox.DEAD, *where)
-                .values(
-                    status=outbox.PENDING,
-                    attempts=0,
-                    next_attempt_at=self._clock(),
-                    lease_owner=None,
-                    leased_until=None,
-                )
-                .returning(table.c.id, table.c.url)
-            )
-        ).all()
-        urls = {row.url for row in rows}
-        if urls:
-            await conn.execute(endpoints.delete().where(endpoints.c.url.in_(urls)))
-        return sorted(row.id for row in rows)
+        return [
+            {"url": r["url"], "disabled_at": r["disabled_at"].isoformat(), "reason": r["reason"]}
+            for r in await self._rows.disabled_endpoints()
+        ]
 
 
-def _ref(ref: str) -> Any:
+def _ref(ref: str) -> Ref:
     text = ref.strip()
     digits = text.lstrip("0") or "0"
     if _DIGITS_RE.fullmatch(text) and len(digits) <= len(str(_MAX_ID)) and int(digits) <= _MAX_ID:
-        return table.c.id == int(digits)
+        return int(digits)
     if _MSG_ID_RE.fullmatch(text):
-        return table.c.msg_id == text
+        return text
     raise NotFound(f"webhook event {ref!r} does not exist (use an event id or a msg_ id)")
 
 
-def _window(since: datetime | None, until: datetime | None) -> list[Any]:
+def _check_window(since: datetime | None, until: datetime | None) -> None:
     if since is not None and until is not None and since >= until:
         raise ContractViolation("since must be earlier than until")
-    where = []
-    if since is not None:
-        where.append(table.c.created_at >= since)
-    if until is not None:
-        where.append(table.c.created_at < until)
-    return where

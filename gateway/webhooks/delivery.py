@@ -34,13 +34,9 @@ import logging
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 import aiohttp
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from yarl import URL
 
 from gateway.clock import Clock, utcnow
@@ -49,18 +45,15 @@ from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.store import outbox
-from gateway.store.schema import endpoints
-from gateway.store.schema import outbox as table
+from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
 from gateway.webhooks import retry, signing, ssrf
-from gateway.webhooks.attempt import COMPLETED, Attempt, Decision, decide
+from gateway.webhooks.attempt import Attempt, Decision, decide
 
 __all__ = ["Delivery", "open_session", "signer_for"]
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "cutover"
-MAX_ENDPOINT_URL_CHARS = 2048  # endpoints.url
-_Row = sa.Row[Any]
 
 
 def signer_for(secret: str, settings: WebhookSettings) -> signing.Signer:
@@ -107,8 +100,8 @@ class Delivery(Loop):
 
     Parameters
     ----------
-    engine : AsyncEngine
-        The store (owned by the caller).
+    queue : DeliveryQueue
+        Claims rows and stores outcomes (its lease outlives one attempt's timeout).
     http : aiohttp.ClientSession
         From :func:`open_session` (owned by the caller).
     signer : signing.Signer
@@ -117,10 +110,6 @@ class Delivery(Loop):
         Retry delays of ``completed`` events.
     notifier : Notifier
         Wakes the loop (name ``delivery``) when events may be waiting.
-    owner : str
-        This process's lease owner id.
-    lease_s : float
-        How long a claim holds a row, in seconds; more than one attempt's timeout.
     max_concurrency : int
         Attempts in flight at once.
     max_per_host : int, optional
@@ -139,13 +128,11 @@ class Delivery(Loop):
     def __init__(
         self,
         *,
-        engine: AsyncEngine,
+        queue: DeliveryQueue,
         http: aiohttp.ClientSession,
         signer: signing.Signer,
         schedule: retry.Schedule,
         notifier: Notifier,
-        owner: str,
-        lease_s: float,
         max_concurrency: int,
         interval_s: float,
         max_per_host: int | None = None,
@@ -155,12 +142,10 @@ class Delivery(Loop):
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
-        self._engine = engine
+        self._queue = queue
         self._http = http
         self._signer = signer
         self._schedule = schedule
-        self._owner = owner
-        self._lease = timedelta(seconds=lease_s)
         self._max_concurrency = max_concurrency
         self._max_per_host = max_per_host or max_concurrency
         self._busy_hosts: Counter[str] = Counter()
@@ -222,7 +207,7 @@ class Delivery(Loop):
 
     # --- claims ---------------------------------------------------------------------------
 
-    async def claim(self, limit: int) -> tuple[list[_Row], int]:
+    async def claim(self, limit: int) -> tuple[list[OutboxRow], int]:
         """Lease up to ``limit`` deliverable rows.
 
         Rows for a disabled endpoint are marked ``dead`` and non-terminal rows of a job
@@ -230,34 +215,13 @@ class Delivery(Loop):
 
         Returns
         -------
-        tuple[list[Row], int]
+        tuple[list[OutboxRow], int]
             The leased rows (their ``attempts`` already counts this attempt), and how
             many rows were settled without sending.
         """
-        now = self._clock()
-        async with self._engine.begin() as conn:
-            # Over-fetch, so rows for hosts at their per-host limit can be passed over.
-            picked = (await conn.execute(_due(now, limit * 4))).all()
-            if not picked:
-                return [], 0
-            settled = await self._settle_unsendable(conn, picked, now)
-            ids = self._fair_share([r for r in picked if r.id not in settled], limit)
-            if not ids:
-                return [], len(settled)
-            rows = await conn.execute(
-                table.update()
-                .where(table.c.id.in_(ids))
-                .values(
-                    attempts=table.c.attempts + 1,
-                    last_attempt_at=now,
-                    lease_owner=self._owner,
-                    leased_until=now + self._lease,
-                )
-                .returning(*table.c)
-            )
-            return sorted(rows, key=lambda r: r.id), len(settled)
+        return await self._queue.claim(limit, self._fair_share)
 
-    def _fair_share(self, candidates: list[_Row], limit: int) -> list[int]:
+    def _fair_share(self, candidates: list[Candidate], limit: int) -> list[int]:
         """Up to ``limit`` row ids, oldest due first, at most ``max_per_host`` in flight
         per receiving host (counting the attempts this process already has running)."""
         busy = Counter(self._busy_hosts)
@@ -272,32 +236,9 @@ class Delivery(Loop):
             chosen.append(row.id)
         return chosen
 
-    async def _settle_unsendable(
-        self, conn: AsyncConnection, picked: list[_Row], now: datetime
-    ) -> set[int]:
-        settled: set[int] = set()
-        for row in picked:
-            if row.disabled_reason is not None:
-                status, error = outbox.DEAD, f"not sent: {row.disabled_reason}"
-            elif row.event != COMPLETED and row.completed_sent:
-                status, error = outbox.SUPERSEDED, "not sent: the completed event was delivered"
-            else:
-                continue
-            await conn.execute(
-                table.update()
-                .where(table.c.id == row.id)
-                .values(status=status, last_error=error, next_attempt_at=None)
-            )
-            settled.add(row.id)
-            log.info(
-                "webhook_not_sent",
-                extra={"job_id": row.job_id, "msg_id": row.msg_id, "status": status},
-            )
-        return settled
-
     # --- one attempt ------------------------------------------------------------------------
 
-    async def _attempt_guarded(self, row: _Row) -> None:
+    async def _attempt_guarded(self, row: OutboxRow) -> None:
         host = _host(row.url)
         self._busy_hosts[host] += 1
         try:
@@ -311,7 +252,7 @@ class Delivery(Loop):
             if self._busy_hosts[host] <= 0:
                 del self._busy_hosts[host]
 
-    async def attempt(self, row: _Row) -> Decision:
+    async def attempt(self, row: OutboxRow) -> Decision:
         """POST one leased row, record the outcome, and return the decision."""
         body = row.payload.encode("utf-8")
         now = self._clock()
@@ -346,90 +287,22 @@ class Delivery(Loop):
         except aiohttp.ClientError as exc:
             return Attempt(error=f"{type(exc).__name__}: {exc}")
 
-    async def _record(self, row: _Row, result: Attempt, decision: Decision, now: datetime) -> bool:
+    async def _record(
+        self, row: OutboxRow, result: Attempt, decision: Decision, now: datetime
+    ) -> bool:
         """Store the outcome if this process still holds the lease; True if it did."""
-        values: dict[str, Any] = {
-            "status": decision.status,
-            "next_attempt_at": decision.next_attempt_at,
-            "last_status_code": result.status_code,
-            "last_error": decision.error,
-            "lease_owner": None,
-            "leased_until": None,
-        }
-        if decision.status == outbox.DELIVERED:
-            values["delivered_at"] = now
-        async with self._engine.begin() as conn:
-            done = await conn.execute(
-                table.update()
-                .where(
-                    table.c.id == row.id,
-                    table.c.lease_owner == self._owner,
-                    table.c.status == outbox.PENDING,
-                )
-                .values(**values)
-            )
-            if decision.disable_endpoint:
-                await _disable(conn, row.url, now)
-        return bool(done.rowcount)
-
-
-def _due(now: datetime, limit: int) -> sa.Select[Any]:
-    """Due, unleased, pending rows with no earlier pending row of their job, oldest first."""
-    earlier = table.alias("earlier")
-    done = table.alias("done")
-    blocked = sa.exists().where(
-        earlier.c.job_id == table.c.job_id,
-        earlier.c.id < table.c.id,
-        earlier.c.status == outbox.PENDING,
-    )
-    completed_sent = sa.exists().where(
-        done.c.job_id == table.c.job_id,
-        done.c.event == COMPLETED,
-        done.c.status == outbox.DELIVERED,
-    )
-    disabled = sa.select(endpoints.c.reason).where(endpoints.c.url == table.c.url)
-    return (
-        sa.select(
-            table.c.id,
-            table.c.url,
-            table.c.job_id,
-            table.c.msg_id,
-            table.c.event,
-            disabled.scalar_subquery().label("disabled_reason"),
-            completed_sent.label("completed_sent"),
+        recorded = await self._queue.record(
+            row.id,
+            status=decision.status,
+            next_attempt_at=decision.next_attempt_at,
+            status_code=result.status_code,
+            error=decision.error,
+            now=now,
+            disable_url=row.url if decision.disable_endpoint else None,
         )
-        .where(
-            table.c.status == outbox.PENDING,
-            table.c.next_attempt_at <= now,
-            sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now),
-            ~blocked,
-        )
-        .order_by(table.c.next_attempt_at, table.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=table)
-    )
-
-
-async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
-    """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
-    reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
-    if len(url) <= MAX_ENDPOINT_URL_CHARS:
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        await conn.execute(
-            insert(endpoints)
-            .values(url=url, disabled_at=now, reason=reason)
-            .on_conflict_do_nothing(index_elements=[endpoints.c.url])
-        )
-    await conn.execute(
-        table.update()
-        .where(
-            table.c.url == url,
-            table.c.status == outbox.PENDING,
-            sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now),
-        )
-        .values(status=outbox.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
-    )
-    log.warning("webhook_endpoint_disabled", extra={"host": URL(url).host})
+        if decision.disable_endpoint:
+            log.warning("webhook_endpoint_disabled", extra={"host": URL(row.url).host})
+        return recorded
 
 
 def _host(url: str) -> str:
@@ -440,7 +313,7 @@ def _host(url: str) -> str:
         return url
 
 
-def _log_outcome(row: _Row, result: Attempt, decision: Decision, recorded: bool) -> None:
+def _log_outcome(row: OutboxRow, result: Attempt, decision: Decision, recorded: bool) -> None:
     context = {
         "job_id": row.job_id,
         "msg_id": row.msg_id,

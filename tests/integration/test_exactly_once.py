@@ -27,6 +27,7 @@ from gateway.app import _FINALIZER, WEBHOOK_POLICY
 from gateway.http import keys
 from gateway.notify import Notifier
 from gateway.store import db
+from gateway.store.deliveries import DeliveryQueue
 from gateway.store.schema import jobs, outbox
 from gateway.webhooks import retry
 from gateway.webhooks.delivery import Delivery, open_session, signer_for
@@ -97,14 +98,13 @@ async def test_two_delivery_loops_never_send_a_row_twice(
     while await events_loop(gateway).run_once():
         pass
     async with open_session(gateway.app[WEBHOOK_POLICY], timeout_s=10, max_concurrency=4) as http:
+        queue = DeliveryQueue(gateway.store.engine, owner="another-process", lease_s=30)
         other = Delivery(  # a second process's loop: another owner, the same store
-            engine=gateway.store.engine,
+            queue=queue,
             http=http,
             signer=signer_for(gateway.app[keys.SIGNING_SECRET], settings.webhooks),
             schedule=retry.Schedule((60.0,)),
             notifier=Notifier(),
-            owner="another-process",
-            lease_s=30,
             max_concurrency=4,
             interval_s=0.05,
         )

@@ -17,9 +17,9 @@ import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
+from gateway.http import keys
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
-from gateway.webhooks.deadletter import DeadLetters
 from tests.support.gateway import GatewayHarness
 from tests.support.outbox import (
     delivery_loop,
@@ -212,7 +212,7 @@ async def test_no_non_terminal_snapshot_is_sent_after_the_terminal_one(
     await observe(gateway, job_id, JobState.RUNNING, output=["late"])
     async with gateway.store.engine.begin() as conn:
         await conn.execute(outbox.update().where(outbox.c.id == rows[0].id).values(status="dead"))
-    await DeadLetters(gateway.store.engine).replay(str(rows[0].id))
+    await gateway.app[keys.DEAD_LETTERS].replay(str(rows[0].id))
     await gateway.settle()
     assert len(receiver.received) == 1
     stale = (await outbox_rows(gateway.store.engine, job_id))[0]

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from contracts.job import JobState
+from gateway.http import keys
 from gateway.store.schema import outbox
-from gateway.webhooks.deadletter import DeadLetters
 from tests.support.outbox import delivery_loop, make_due, observe, outbox_rows, start_job
 from tests.support.receiver import Receiver, Reply, validate_with_replicate
 
@@ -79,7 +79,7 @@ async def test_410_disables_the_endpoint_and_nothing_more_is_sent(
     rows = {r.job_id: r for r in await outbox_rows(gateway.store.engine)}
     assert (rows[first].status, rows[first].last_status_code) == ("dead", 410)
     assert rows[second].status == "dead" and "410 Gone" in rows[second].last_error
-    endpoints = await DeadLetters(gateway.store.engine).disabled_endpoints()
+    endpoints = await gateway.app[keys.DEAD_LETTERS].disabled_endpoints()
     assert [e["url"] for e in endpoints] == [gone]
 
     await finish(gateway, second)  # a later event for the disabled URL
@@ -146,7 +146,7 @@ async def test_large_payload_rejected_with_413_is_retried_then_dead_lettered(
     assert len(receiver.received) == 3
     assert all(len(r.body) > 300_000 for r in receiver.received)
     assert len({r.webhook_id for r in receiver.received}) == 1
-    dead = await DeadLetters(gateway.store.engine).list_dead()
+    dead = await gateway.app[keys.DEAD_LETTERS].list_dead()
     assert [d.id for d in dead] == [row.id]
 
 

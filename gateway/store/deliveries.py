@@ -1,0 +1,230 @@
+"""Outbox rows on their way out: claims and outcomes of webhook delivery attempts.
+
+The SQL side of :class:`gateway.webhooks.delivery.Delivery`. A claim takes due, unleased
+``pending`` rows with no earlier pending row of the same prediction (deliveries to one
+prediction are sequential), oldest due first, and leases them (:mod:`gateway.store.lease`)
+with their ``attempts`` already counting the attempt about to be made. Rows that must not
+be sent are settled inside the claim instead: ``dead`` when their URL was disabled by a
+410, ``superseded`` when they are non-terminal and the prediction's ``completed`` event
+was delivered. An outcome is stored only while its sender still holds the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gateway.clock import Clock, utcnow
+from gateway.store import lease, outbox
+from gateway.store.schema import endpoints
+from gateway.store.schema import outbox as table
+
+__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow"]
+
+log = logging.getLogger(__name__)
+
+MAX_ENDPOINT_URL_CHARS = 2048  # endpoints.url
+COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A due row, before it is leased (what a fair-share choice needs to know)."""
+
+    id: int
+    url: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one."""
+
+    id: int
+    job_id: str
+    msg_id: str
+    event: str
+    url: str
+    payload: str
+    attempts: int
+
+
+Pick = Callable[[list[Candidate], int], list[int]]
+"""Chooses up to ``limit`` candidate ids to lease (oldest due first)."""
+
+
+class DeliveryQueue:
+    """Claims outbox rows for sending and records each attempt's outcome.
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The process's engine (owned by the caller).
+    owner : str
+        This process's lease owner id.
+    lease_s : float
+        How long a claim holds a row, in seconds; more than one attempt's timeout.
+    clock : Clock
+        Injected time source.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = utcnow
+    ) -> None:
+        self._engine = engine
+        self._owner = owner
+        self._lease = timedelta(seconds=lease_s)
+        self._clock = clock
+
+    async def claim(self, limit: int, pick: Pick) -> tuple[list[OutboxRow], int]:
+        """Lease the rows ``pick`` chooses among up to ``4 * limit`` due ones.
+
+        Returns the leased rows (by id) and how many rows were settled without sending.
+        """
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            # Over-fetch, so rows for hosts at their per-host limit can be passed over.
+            picked = (await conn.execute(_due(now, limit * 4))).all()
+            if not picked:
+                return [], 0
+            settled = await _settle_unsendable(conn, picked)
+            candidates = [Candidate(r.id, r.url, r.job_id) for r in picked if r.id not in settled]
+            rows = await lease.lease(
+                conn,
+                table,
+                pick(candidates, limit),
+                owner=self._owner,
+                until=now + self._lease,
+                attempts=table.c.attempts + 1,
+                last_attempt_at=now,
+            )
+        return sorted((_outbox_row(r) for r in rows), key=lambda r: r.id), len(settled)
+
+    async def record(
+        self,
+        row_id: int,
+        *,
+        status: str,
+        next_attempt_at: datetime | None,
+        status_code: int | None,
+        error: str | None,
+        now: datetime,
+        disable_url: str | None = None,
+    ) -> bool:
+        """Store an attempt's outcome if this process still holds the row; True if it did.
+
+        With ``disable_url`` (a 410 Gone), the URL is disabled and its other pending,
+        unleased rows go ``dead`` in the same transaction.
+        """
+        values: dict[str, Any] = {
+            "status": status,
+            "next_attempt_at": next_attempt_at,
+            "last_status_code": status_code,
+            "last_error": error,
+            "lease_owner": None,
+            "leased_until": None,
+        }
+        if status == outbox.DELIVERED:
+            values["delivered_at"] = now
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                table.update()
+                .where(
+                    table.c.id == row_id,
+                    table.c.lease_owner == self._owner,
+                    table.c.status == outbox.PENDING,
+                )
+                .values(**values)
+            )
+            if disable_url is not None:
+                await _disable(conn, disable_url, now)
+        return bool(done.rowcount)
+
+
+def _outbox_row(row: sa.Row[Any]) -> OutboxRow:
+    return OutboxRow(
+        row.id, row.job_id, row.msg_id, row.event, row.url, row.payload, row.attempts
+    )
+
+
+async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]) -> set[int]:
+    settled: set[int] = set()
+    for row in picked:
+        if row.disabled_reason is not None:
+            status, error = outbox.DEAD, f"not sent: {row.disabled_reason}"
+        elif row.event != COMPLETED and row.completed_sent:
+            status, error = outbox.SUPERSEDED, "not sent: the completed event was delivered"
+        else:
+            continue
+        await conn.execute(
+            table.update()
+            .where(table.c.id == row.id)
+            .values(status=status, last_error=error, next_attempt_at=None)
+        )
+        settled.add(row.id)
+        log.info(
+            "webhook_not_sent",
+            extra={"job_id": row.job_id, "msg_id": row.msg_id, "status": status},
+        )
+    return settled
+
+
+def _due(now: datetime, limit: int) -> sa.Select[Any]:
+    """Due, unleased, pending rows with no earlier pending row of their job, oldest first."""
+    earlier = table.alias("earlier")
+    done = table.alias("done")
+    blocked = sa.exists().where(
+        earlier.c.job_id == table.c.job_id,
+        earlier.c.id < table.c.id,
+        earlier.c.status == outbox.PENDING,
+    )
+    completed_sent = sa.exists().where(
+        done.c.job_id == table.c.job_id,
+        done.c.event == COMPLETED,
+        done.c.status == outbox.DELIVERED,
+    )
+    disabled = sa.select(endpoints.c.reason).where(endpoints.c.url == table.c.url)
+    return (
+        sa.select(
+            table.c.id,
+            table.c.url,
+            table.c.job_id,
+            table.c.msg_id,
+            table.c.event,
+            disabled.scalar_subquery().label("disabled_reason"),
+            completed_sent.label("completed_sent"),
+        )
+        .where(
+            table.c.status == outbox.PENDING,
+            table.c.next_attempt_at <= now,
+            lease.unleased(table, now),
+            ~blocked,
+        )
+        .order_by(table.c.next_attempt_at, table.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=table)
+    )
+
+
+async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
+    """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
+    reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
+    if len(url) <= MAX_ENDPOINT_URL_CHARS:
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        await conn.execute(
+            insert(endpoints)
+            .values(url=url, disabled_at=now, reason=reason)
+            .on_conflict_do_nothing(index_elements=[endpoints.c.url])
+        )
+    await conn.execute(
+        table.update()
+        .where(table.c.url == url, table.c.status == outbox.PENDING, lease.unleased(table, now))
+        .values(status=outbox.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
+    )

@@ -1,0 +1,57 @@
+"""One lease claim for every work table (jobs, provider events, outbox rows).
+
+A claim picks due rows and gives them to one process until a time: on PostgreSQL the
+candidates are locked with ``FOR UPDATE SKIP LOCKED`` so concurrent claimers pass each
+other by; on SQLite the claim's ``BEGIN IMMEDIATE`` transaction serialises writers
+(:mod:`gateway.store.db`). A row whose holder died is claimable again once
+``leased_until`` has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = ["claim", "lease", "unleased"]
+
+
+def unleased(table: sa.Table, now: datetime) -> sa.ColumnElement[bool]:
+    """Rows nobody holds at ``now`` (never leased, or the lease ran out)."""
+    return sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now)
+
+
+async def lease(
+    conn: AsyncConnection,
+    table: sa.Table,
+    ids: Sequence[Any],
+    *,
+    owner: str,
+    until: datetime,
+    **values: Any,
+) -> list[sa.Row[Any]]:
+    """Give the rows ``ids`` to ``owner`` until ``until`` (and set ``values``).
+
+    Returns the updated rows in the order of ``ids``.
+    """
+    if not ids:
+        return []
+    rows = await conn.execute(
+        table.update()
+        .where(table.c.id.in_(ids))
+        .values(lease_owner=owner, leased_until=until, **values)
+        .returning(*table.c)
+    )
+    order = {row_id: n for n, row_id in enumerate(ids)}
+    return sorted(rows, key=lambda row: order[row.id])
+
+
+async def claim(
+    conn: AsyncConnection, table: sa.Table, due: sa.Select[Any], *, owner: str, until: datetime
+) -> list[sa.Row[Any]]:
+    """Lock the ids ``due`` selects (skipping locked rows) and :func:`lease` them."""
+    ids = list((await conn.execute(due.with_for_update(skip_locked=True))).scalars())
+    return await lease(conn, table, ids, owner=owner, until=until)

@@ -1,0 +1,71 @@
+"""An import-linter contract type for the seams import-linter cannot see by itself.
+
+import-linter squashes an external package into one node (``aiohttp``), so its own
+contracts cannot say "``aiohttp.web`` only here, the ``aiohttp`` client elsewhere too".
+:class:`SubmoduleProtectedContract` reads the import statements of every module that
+imports the package and refuses those that reach a protected submodule from outside
+the allowed importers. Configured in ``pyproject.toml`` (``[tool.importlinter]``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from typing import Any
+
+from importlinter import Contract, ContractCheck, fields, output
+
+__all__ = ["SubmoduleProtectedContract"]
+
+
+class SubmoduleProtectedContract(Contract):
+    """Only ``allowed_importers`` (packages or modules) import ``protected_submodule``.
+
+    ``protected_submodule`` is a dotted name inside an external package, e.g.
+    ``aiohttp.web``; ``aiohttp.web_request`` and the like count as part of it.
+    """
+
+    type_name = "submodule_protected"
+
+    protected_submodule = fields.StringField()
+    allowed_importers = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph: Any, verbose: bool) -> ContractCheck:
+        protected = str(self.protected_submodule)
+        package = protected.split(".")[0]
+        allowed = [str(name) for name in self.allowed_importers]  # type: ignore[attr-defined]
+        illegal = []
+        for importer in sorted(graph.find_modules_that_directly_import(package)):
+            if any(importer == a or importer.startswith(f"{a}.") for a in allowed):
+                continue
+            illegal.extend((importer, line) for line in _reaches(importer, protected))
+        return ContractCheck(kept=not illegal, metadata={"illegal": illegal})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for importer, line in check.metadata["illegal"]:
+            output.print_error(f"- {importer} -> {self.protected_submodule} (l.{line})")
+            output.new_line()
+
+
+def _reaches(module: str, protected: str) -> list[int]:
+    """Line numbers where ``module`` imports ``protected`` (or one of its ``_`` siblings)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return []
+    with open(spec.origin, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        if any(_within(name, protected) for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def _within(name: str, protected: str) -> bool:
+    return name == protected or name.startswith((f"{protected}.", f"{protected}_"))
