@@ -168,8 +168,14 @@ async def compare(
     Returns
     -------
     PairComparison
-        Never raises for what the outputs contain; a file ``read`` cannot get becomes a
-        note and its measures are left out.
+        Never raises for what the outputs contain; a file ``read`` cannot get (an
+        ``OSError``) becomes a note and its measures are left out.
+
+    Raises
+    ------
+    Exception
+        Whatever ``read`` raises that is not an ``OSError`` (a storage reader should
+        raise ``FileNotFoundError`` or another ``OSError`` for a missing file).
     """
     work = _Pair(control, candidate, read)
     await work.run()

@@ -19,7 +19,9 @@ from __future__ import annotations
 import base64
 import io
 import re
+import struct
 import unicodedata
+import warnings
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -44,6 +46,12 @@ MAX_IMAGE_PIXELS = 64_000_000
 MAX_TEXT_CHARS = 20_000
 """Only the first this-many characters of each text are compared."""
 _THUMB_PX = 16
+# What Pillow raises on malformed or hostile files (a fuzzed PNG gives SyntaxError, a
+# truncated one OSError, odd headers ValueError, struct.error or IndexError).
+_DECODE_ERRORS = (
+    OSError, ValueError, SyntaxError, EOFError, IndexError, TypeError, struct.error,
+    Warning,
+)
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -99,18 +107,20 @@ def compare_images(control: bytes, candidate: bytes) -> ImageComparison:
 
 
 def _decode(data: bytes) -> Image.Image:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
-        image = Image.open(io.BytesIO(data))
-        width, height = image.size
-        if width * height > MAX_IMAGE_PIXELS:
-            raise ImageError(f"image of {width}x{height} pixels is too large to compare")
-        if width == 0 or height == 0:
-            raise ImageError("image has no pixels")
-        return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"not a decodable image: {exc}") from exc
+        with warnings.catch_warnings():  # a decompression bomb is an error here, not a warning
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise ImageError(f"image of {width}x{height} pixels is too large to compare")
+            if width == 0 or height == 0:
+                raise ImageError("image has no pixels")
+            return image.convert("RGB")
+    except (*_DECODE_ERRORS, Image.DecompressionBombError) as exc:
+        raise ImageError(f"not a decodable image: {type(exc).__name__}: {exc}") from exc
 
 
 def _color_levels(image_a: Image.Image, image_b: Image.Image) -> float:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import random
+import struct
 import subprocess
 import sys
+import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -211,3 +214,31 @@ async def test_structure_breaks_are_capped_and_counted():
     result = await compare.compare(control, candidate)
     assert len(result.breaks) == compare.MAX_STRUCTURE_BREAKS
     assert result.notes == ("30 more type or key differences not listed",)
+
+
+def test_malformed_images_only_ever_raise_image_error():
+    rng = random.Random(7)
+    bases = []
+    for fmt in ("PNG", "JPEG", "GIF"):
+        buffer = io.BytesIO()
+        Image.new("RGB", (32, 32), (1, 2, 3)).save(buffer, format=fmt)
+        bases.append(buffer.getvalue())
+    good = bases[0]
+    for base in bases:
+        for case in range(150):
+            data = bytearray(base)
+            if case % 3 == 0:
+                data = data[: rng.randrange(1, len(data))]
+            else:
+                for _ in range(rng.randrange(1, 8)):
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+            try:
+                media.compare_images(bytes(data), good)
+            except media.ImageError:
+                pass
+    # a header that claims 20000 x 20000 pixels: refused before any pixel is decoded
+    ihdr = struct.pack(">IIBBBBB", 20_000, 20_000, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr
+    bomb = good[:8] + chunk + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)) + good[33:]
+    with pytest.raises(media.ImageError):
+        media.compare_images(bomb, good)
