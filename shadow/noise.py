@@ -20,6 +20,7 @@ from statistics import NormalDist
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.job import JobState
 from shadow.compare import MEASURES, ContractBreak, PairComparison
 from shadow.thresholds import Thresholds
 
@@ -169,10 +170,13 @@ class Baseline(BaseModel):
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[PairComparison]) -> Baseline:
-        """Collect the measures of control-vs-control comparisons."""
+        """Collect the measures of control-vs-control comparisons (pairs whose first run
+        was canceled are left out)."""
         values: dict[str, list[float]] = {}
         count = breaks = 0
         for pair in pairs:
+            if pair.control.status == JobState.CANCELED:
+                continue
             count += 1
             breaks += pair.is_contract_break
             for name, value in pair.measures.items():

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from contracts.job import JobState
 from shadow import compare, html_report, md_report, noise, verdict
 from shadow.compare import MEASURES, PairComparison
 from shadow.outcome import OutputFile, Reader, read_path
@@ -132,7 +133,8 @@ def build(
     route : str
         The route's name as operators write it (``model`` or ``model:version``).
     pairs : iterable of PairComparison
-        Control-vs-candidate comparisons.
+        Control-vs-candidate comparisons; pairs whose control was canceled are left out
+        (and counted in the notes): the app stopped them, they say nothing.
     baseline : iterable of PairComparison or Baseline
         Control-vs-control comparisons (or a Baseline built from them).
     thresholds : Thresholds or None
@@ -143,7 +145,8 @@ def build(
         How many reported pairs to keep, contract breaks first, then by severity.
     """
     thresholds = thresholds or Thresholds()
-    found = list(pairs)
+    given = list(pairs)
+    found = [pair for pair in given if pair.control.status != JobState.CANCELED]
     base = baseline if isinstance(baseline, noise.Baseline) else noise.Baseline.from_pairs(baseline)
     limits = base.limits(thresholds)
     judged = [noise.judge(pair, base, thresholds, limits) for pair in found]
@@ -173,7 +176,7 @@ def build(
         cost=_cost(found),
         worst=tuple(ranked[:worst]),
         verdict=verdict.Verdict(decision="hold", line=""),
-        notes=_notes(base, thresholds),
+        notes=_notes(base, thresholds, canceled=len(given) - len(found)),
     )
     return report.model_copy(update={"verdict": verdict.decide(report)})
 
@@ -256,8 +259,11 @@ def _cost(pairs: Sequence[PairComparison]) -> CostSummary | None:
                        ratio=candidate / control if control > 0 else None)
 
 
-def _notes(base: noise.Baseline, thresholds: Thresholds) -> tuple[str, ...]:
+def _notes(base: noise.Baseline, thresholds: Thresholds, *, canceled: int
+           ) -> tuple[str, ...]:
     notes = []
+    if canceled:
+        notes.append(f"{canceled} pairs left out: their control prediction was canceled")
     if base.pairs < thresholds.min_baseline_pairs:
         notes.append(
             f"baseline: {base.pairs} control-vs-control pairs, fewer than the "
