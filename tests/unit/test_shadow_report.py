@@ -148,3 +148,10 @@ def test_a_p95_that_cannot_be_bounded_holds_and_a_clearly_slower_one_blocks():
     blocked = report.build("m", slower, BASELINE, Thresholds(min_pairs=50), now=NOW)
     assert blocked.verdict.decision == "block"
     assert "(at least" in blocked.verdict.line
+
+
+def test_pairs_whose_control_was_canceled_are_left_out_and_counted():
+    canceled = pair({}, control=ArmFacts(status="canceled"), candidate=ArmFacts(status="canceled"))
+    built = report.build("m", [canceled, canceled, pair()], BASELINE, now=NOW)
+    assert built.pairs == 1
+    assert "2 pairs left out: their control prediction was canceled" in built.notes
