@@ -179,10 +179,13 @@ async def compare(
     """
     work = _Pair(control, candidate, read)
     await work.run()
+    control_facts, candidate_facts = await asyncio.to_thread(
+        lambda: (_facts(control, work.texts[0]), _facts(candidate, work.texts[1]))
+    )
     result = PairComparison(
         pair_id=pair_id,
-        control=_facts(control, work.texts[0]),
-        candidate=_facts(candidate, work.texts[1]),
+        control=control_facts,
+        candidate=candidate_facts,
         breaks=tuple(work.breaks),
         measures=work.measures,
         notes=tuple(work.notes),
@@ -233,9 +236,10 @@ class _Pair:
             self.measures["error_class"] = 0.0 if same else 1.0
         if self.a.status != JobState.COMPLETED:
             return
-        self._structure()
+        # CPU-bound walks run in a worker thread: a large output must not stall the loop
+        await asyncio.to_thread(self._structure)
         await self._files()
-        self._text()
+        await asyncio.to_thread(self._text)
 
     def _break(self, kind: BreakKind, path: str, control: str, candidate: str) -> None:
         self.breaks.append(
