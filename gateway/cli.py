@@ -3,6 +3,7 @@
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
 ``cutover check --config FILE``  validate the configuration and print a summary
+``cutover chaos [--predictions N] [--profile FILE] [--database-url URL]``  the chaos run
 ``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
 ``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
 ``cutover webhooks replay ID | --since T [--until T]``  send dead events again
@@ -46,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
         ("check", "validate the configuration"),
     ):
         _common(sub.add_parser(name, help=text))
+    sub.add_parser("chaos", help="run the gateway under faults and check every promise "
+                   "(cutover chaos --help)", add_help=False)
     hooks = sub.add_parser("webhooks", help="dead-lettered outbound webhooks")
     actions = hooks.add_subparsers(dest="action", required=True)
     listing = _common(actions.add_parser("list-dead", help="list dead-lettered events"))
@@ -74,6 +77,11 @@ def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cutover`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["chaos"]:
+        from chaos import cli as chaos_cli
+
+        return chaos_cli.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (

@@ -46,6 +46,16 @@ def build_adapter(name: str, settings: ProviderSettings) -> Adapter:
             request_timeout_s=settings.request_timeout_s,
             **extra,
         )
+    if settings.kind == "fake" and settings.base_url:
+        from adapters.remote_fake import RemoteFakeAdapter
+
+        return RemoteFakeAdapter(
+            name=name,
+            base_url=settings.base_url,
+            secret=token or "fake-secret",
+            request_timeout_s=settings.request_timeout_s,
+            **extra,
+        )
     if settings.kind == "fake":
         from adapters.fake import FakeAdapter
 
