@@ -46,7 +46,8 @@ class Plan:
     def draw(cls, index: int, profile: FaultProfile, rng: random.Random) -> Plan:
         cancel_after = None
         run_s = None
-        if rng.random() < profile.cancel_after_ratio:
+        via_client = rng.random() < profile.client_ratio
+        if rng.random() < profile.cancel_after_ratio and not via_client:  # a header it lacks
             cancel_after = rng.uniform(profile.cancel_after_min_s, profile.cancel_after_max_s)
             run_s = rng.uniform(0, profile.slow_run_max_s)
         cancel_at = None
@@ -56,7 +57,7 @@ class Plan:
         return cls(
             index=index,
             kind=rng.choice(_KINDS),
-            via_client=rng.random() < profile.client_ratio,
+            via_client=via_client,
             cancel_at_s=cancel_at,
             cancel_after_s=cancel_after,
             run_s=run_s,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import mimetypes
-
 from aiohttp import web
 
 from contracts.errors import PayloadTooLarge, WebhookVerificationError
@@ -48,16 +46,20 @@ async def metrics(request: web.Request) -> web.Response:
 
 @routes.get("/assets/{key:.+}")
 async def asset(request: web.Request) -> web.StreamResponse:
-    """An output file in owned storage; no token needed (capability URL, §8.4)."""
+    """An output file in owned storage; no token needed (capability URL, §8.4).
+
+    Only files the gateway recorded as a prediction's output are served: a file that
+    merely sits under the storage root (put there by anyone else) is 404, like a miss.
+    """
     key = request.match_info["key"]
     path = request.app[keys.STORAGE].path(key)
     if path is None:
         raise web.HTTPNotFound()
     content_type = await request.app[keys.STORE].asset_content_type(key)
+    if content_type is None:  # not recorded as an output: whatever it is, it is not served
+        raise web.HTTPNotFound()
     response = web.FileResponse(path, headers=_ASSET_HEADERS)
-    response.content_type = (
-        content_type or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    )
+    response.content_type = content_type
     return response
 
 
