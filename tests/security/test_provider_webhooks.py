@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from adapters.fake import SIGNATURE_HEADER
 from contracts.job import JobState
-from gateway.schema import jobs, outbox
+from gateway.store.schema import jobs, outbox
 from tests.support.gateway import VERSION, GatewayHarness
 
 TRIES = 1000

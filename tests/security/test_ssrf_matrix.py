@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from aiohttp.test_utils import TestClient
 
 from contracts.job import JobState
-from gateway import ssrf
 from gateway.app import WEBHOOK_POLICY, create_app
-from gateway.schema import jobs
+from gateway.store.schema import jobs
+from gateway.webhooks import ssrf
 from tests.support.dns import LoopbackDns, LoopbackResolver
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import observe, outbox_rows, start_job
