@@ -5,6 +5,7 @@
 #   make lint    ruff and import-linter only
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
 #   make bench   every bench/*.py, if there are any
+#   make chaos   the chaos run: 1,000 predictions under faults (CHAOS_ARGS="--predictions 200")
 #   make clean   caches, build output and the demo's work dir (.venv stays: `make distclean`)
 
 SHELL := /bin/bash
@@ -16,13 +17,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+CHAOS_ARGS ?= --predictions 1000
 
 # The venv's tools come first: the Cog server's worker finds `python` on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONHOME
 
-.PHONY: venv test lint pytest demo bench clean distclean
+.PHONY: venv test lint pytest demo bench chaos clean distclean
 
 venv: $(STAMP)
 
@@ -56,6 +58,9 @@ bench: $(STAMP)
 	@shopt -s nullglob; scripts=(bench/*.py); \
 	if (( $${#scripts[@]} == 0 )); then echo "== no bench/*.py yet: nothing to run"; exit 0; fi; \
 	for script in "$${scripts[@]}"; do echo "== $$script"; $(BIN)/python "$$script"; done
+
+chaos: $(STAMP)
+	$(BIN)/cutover chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf .demo build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \

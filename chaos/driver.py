@@ -111,14 +111,9 @@ class Driver:
             timeout=30.0, headers={"Authorization": f"Bearer {token}"},
             limits=httpx.Limits(max_connections=profile.in_flight * 2),
         )
-        self._clients: dict[str, Any] = {}
 
     async def aclose(self) -> None:
         await self._http.aclose()
-        for client in self._clients.values():
-            http = client._Client__client
-            if http is not None:
-                http.close()
 
     async def run(self, count: int, run_id: str) -> list[Tracked]:
         """Create ``count`` predictions, at most ``in_flight`` at once; wait for each."""
@@ -180,17 +175,19 @@ class Driver:
     def _create_with_client(self, plan: Plan) -> str:
         import replicate  # the official client: a dev/chaos dependency
 
-        url = self._next_url()
-        client = self._clients.get(url)
-        if client is None:
-            client = self._clients[url] = replicate.Client(api_token=self._token, base_url=url)
+        client = replicate.Client(api_token=self._token, base_url=self._next_url())
         body = self._body(plan)
         extra = {}
         if "webhook_events_filter" in body:
             extra["webhook_events_filter"] = body["webhook_events_filter"]
-        prediction = client.predictions.create(
-            version=VERSION, input=body["input"], webhook=body["webhook"], **extra
-        )
+        try:
+            prediction = client.predictions.create(
+                version=VERSION, input=body["input"], webhook=body["webhook"], **extra
+            )
+        finally:  # one client per create: its lazily built httpx client is not thread-safe
+            http = client._Client__client
+            if http is not None:
+                http.close()
         return str(prediction.id)
 
     async def _cancel(self, item: Tracked) -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from chaos import run as chaos_run
 from chaos.profile import FaultProfile
-from tests.support.databases import database_url_for
+from chaos.report import Report
+from tests.support.databases import BACKENDS, run_sync, sync_database
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -25,16 +27,32 @@ QUICK = FaultProfile(
 )
 
 
-async def test_chaos_run_keeps_every_promise(backend: str, tmp_path: Path):
-    async with database_url_for(backend, tmp_path) as url:
-        report = await chaos_run.run(chaos_run.Options(
-            workdir=tmp_path / "run", predictions=60, profile=QUICK, database_url=url, seed=11,
-        ))
-    print(report.text())
-    assert report.violations == [], report.text()
-    assert report.predictions == 60
-    assert sum(report.faults.values()) > 30  # the profile's faults were injected
-    assert report.plans["replicate_client"] > 0
+@pytest.fixture(scope="module", params=BACKENDS)
+def chaos_report(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Report]:
+    """One reduced chaos run per backend, shared by the checks below."""
+    workdir = tmp_path_factory.mktemp(f"chaos-{request.param}")
+    with sync_database(request.param, workdir) as url:
+        options = chaos_run.Options(
+            workdir=workdir / "run", predictions=60, profile=QUICK, database_url=url, seed=11,
+        )
+        yield run_sync(chaos_run.run(options))
+
+
+def test_chaos_run_keeps_every_promise(chaos_report: Report):
+    assert chaos_report.violations == [], chaos_report.text()
+    assert chaos_report.predictions == 60
+    assert sum(chaos_report.faults.values()) > 30  # the profile's faults were injected
+    assert chaos_report.plans["replicate_client"] > 0
+    assert set(chaos_report.statuses) <= {"succeeded", "failed", "canceled"}
+
+
+def test_no_secret_in_any_log_line_of_the_chaos_run(chaos_report: Report):
+    logs = list(Path(chaos_report.workdir).glob("gateway-*.log"))
+    assert logs and sum(len(p.read_text().splitlines()) for p in logs) > 60
+    leaks = [v for v in chaos_report.violations if v.promise == "no secrets in logs"]
+    assert leaks == []
 
 
 def test_a_broken_promise_exits_non_zero_naming_the_prediction(tmp_path: Path):
