@@ -1,7 +1,8 @@
 """``cutover chaos``: run the gateway under a fault profile and check every promise.
 
     cutover chaos [--predictions N] [--profile FILE] [--database-url URL]
-                  [--gateways N] [--kills N] [--seed N] [--json FILE] [--workdir DIR]
+                  [--gateways N] [--kills N] [--victim I] [--seed N] [--json FILE]
+                  [--workdir DIR]
 
 Exit status: 0 when every promise held, 1 when one broke (each violation is printed with
 its prediction id), 2 for bad arguments. ``--break-invariant`` corrupts one file output
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--database-url", help="the gateways' database (a SQLite file)")
     parser.add_argument("--gateways", type=int, default=1, help="gateway processes (1)")
     parser.add_argument("--kills", type=int, default=0, help="SIGKILL+restart this many times")
+    parser.add_argument("--victim", type=int, help="kill only this gateway (0-based index)")
     parser.add_argument("--seed", type=int, help="repeat a run's random plan")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--workdir", type=Path, help="keep logs, config and assets here")
@@ -46,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.predictions < 1 or args.gateways < 1 or args.kills < 0:
         parser.error("--predictions and --gateways must be positive, --kills not negative")
+    if args.victim is not None and not 0 <= args.victim < args.gateways:
+        parser.error("--victim must name one of the --gateways (0-based)")
     try:
         profile = load_profile(args.profile)
     except ProfileError as exc:
@@ -55,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = chaos_run.Options(
         workdir=workdir, predictions=args.predictions, profile=profile,
         database_url=args.database_url, gateways=args.gateways, kills=args.kills,
-        seed=args.seed, break_invariant=args.break_invariant,
+        victim=args.victim, seed=args.seed, break_invariant=args.break_invariant,
     )
     report = asyncio.run(chaos_run.run(options))
     print(report.text())

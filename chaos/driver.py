@@ -98,7 +98,7 @@ class Driver:
 
     def __init__(
         self, *, urls: list[str], token: str, hooks_url: str, profile: FaultProfile,
-        rng: random.Random, retry_creates_s: float = 120.0,
+        rng: random.Random, retry_creates_s: float = 120.0, wait_slack_s: float = 10.0,
     ) -> None:
         self.urls = urls
         self._token = token
@@ -106,6 +106,7 @@ class Driver:
         self._profile = profile
         self._rng = rng
         self._retry_creates_s = retry_creates_s
+        self._wait_slack_s = wait_slack_s
         self._turn = 0
         self._http = httpx.AsyncClient(
             timeout=30.0, headers={"Authorization": f"Bearer {token}"},
@@ -193,14 +194,21 @@ class Driver:
     async def _cancel(self, item: Tracked) -> None:
         item.cancels += 1
         path = f"/v1/predictions/{item.prediction_id}/cancel"
-        await self._retrying("POST", path, 30.0)
+        try:
+            await self._retrying("POST", path, 30.0 + self._wait_slack_s)
+        except httpx.HTTPError:
+            item.error = "the cancel was never answered"
 
     async def _wait(self, item: Tracked) -> None:
         interval = 0.2
         path = f"/v1/predictions/{item.prediction_id}"
-        end = item.created_at + item.deadline_s + 10.0
+        end = item.created_at + item.deadline_s + self._wait_slack_s
         while time.monotonic() < end:
-            response = await self._retrying("GET", path, max(end - time.monotonic(), 1.0))
+            try:
+                response = await self._retrying("GET", path, max(end - time.monotonic(), 1.0))
+            except httpx.HTTPError as exc:
+                item.error = f"the gateway did not answer until the deadline ({exc!r})"
+                return
             item.gets += 1
             if response.status_code == 200:
                 body = response.json()

@@ -40,6 +40,8 @@ class GatewayProcess:
         self.config_path = workdir / f"{name}.toml"
         self.log_path = workdir / f"{name}.log"
         self.kills = 0
+        self.down_s = 0.0
+        self._killed_at: float | None = None
         self._proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -61,6 +63,9 @@ class GatewayProcess:
                 start_new_session=True, env=env,
             )
         await self._wait_healthy(timeout_s)
+        if self._killed_at is not None:
+            self.down_s += time.monotonic() - self._killed_at
+            self._killed_at = None
 
     async def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -83,6 +88,7 @@ class GatewayProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
             self.kills += 1
+            self._killed_at = time.monotonic()
         await self._proc.wait()
 
     async def stop(self, timeout_s: float = 15.0) -> None:
@@ -115,6 +121,11 @@ class Fleet:
                 "public_url": f"http://127.0.0.1:{port}",
             }}
             self.processes.append(GatewayProcess(own, workdir, f"gateway-{index}"))
+
+    @property
+    def down_s(self) -> float:
+        """Seconds any gateway process spent killed, until it was healthy again."""
+        return sum(p.down_s for p in self.processes)
 
     @property
     def urls(self) -> list[str]:

@@ -16,7 +16,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from chaos.provider import FakeProvider
 from chaos.receiver import Receiver
 from chaos.report import Report
 
-__all__ = ["Options", "run"]
+__all__ = ["Options", "Secrets", "build_report", "gateway_config", "run", "serve", "settle"]
 
 MODEL = "chaos/echo"
 
@@ -48,12 +48,16 @@ class Options:
     kills: int = 0
     """SIGKILL a random gateway process this many times, at random moments."""
     kill_gap_s: tuple[float, float] = (1.0, 4.0)
+    victim: int | None = None
+    """Kill only this gateway process (by index); None picks one at random each time."""
     seed: int | None = None
     break_invariant: bool = False
 
 
 @dataclass(frozen=True)
-class _Secrets:
+class Secrets:
+    """The run's credentials, random each run (the log check looks for each)."""
+
     api_token: str = field(default_factory=lambda: "r8_chaos_" + secrets.token_hex(16))
     admin_token: str = field(default_factory=lambda: "adm_chaos_" + secrets.token_hex(16))
     provider_secret: str = field(default_factory=lambda: secrets.token_hex(24))
@@ -67,7 +71,7 @@ class _Secrets:
 
 
 def gateway_config(
-    options: Options, keys: _Secrets, provider_url: str, database_url: str
+    options: Options, keys: Secrets, provider_url: str, database_url: str
 ) -> dict[str, Any]:
     """The configuration every gateway process of the run shares."""
     profile = options.profile
@@ -98,7 +102,8 @@ def gateway_config(
 
 
 @contextlib.asynccontextmanager
-async def _serve(app: web.Application) -> AsyncIterator[str]:
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    """Serve ``app`` on 127.0.0.1 (port 0); yields its base URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -113,23 +118,25 @@ async def _serve(app: web.Application) -> AsyncIterator[str]:
 async def run(options: Options) -> Report:
     """Run the chaos described by ``options``; see the module docstring."""
     options.workdir.mkdir(parents=True, exist_ok=True)
+    if options.kills:  # the client cannot retry a create safely (no Idempotency-Key)
+        options = replace(options, profile=options.profile.model_copy(update={"client_ratio": 0}))
     rng = random.Random(options.seed)  # noqa: S311 (fault plans, not security)
-    keys = _Secrets()
+    keys = Secrets()
     provider = FakeProvider(options.profile, secret=keys.provider_secret, rng=rng,
                             corrupt_one_file=options.break_invariant)
     receiver = Receiver(keys.signing_secret)
     database_url = options.database_url or f"sqlite+aiosqlite:///{options.workdir / 'chaos.db'}"
     started = time.monotonic()
-    async with _serve(provider.app()) as provider_url, _serve(receiver.app()) as hooks:
+    async with serve(provider.app()) as provider_url, serve(receiver.app()) as hooks:
         config = gateway_config(options, keys, provider_url, database_url)
         fleet = Fleet(config, options.workdir, options.gateways)
         await fleet.start()
         driver = Driver(urls=fleet.urls, token=keys.api_token, hooks_url=f"{hooks}/hooks",
-                        profile=options.profile, rng=rng)
+                        profile=options.profile, rng=rng, wait_slack_s=10.0 + 60.0 * options.kills)
         try:
             tracked = await _drive(driver, fleet, options, rng)
-            await _settle(tracked, receiver, options.profile)
-            report = await _report(options, tracked, provider, receiver, fleet, started)
+            await settle(tracked, receiver, options.profile)
+            report = await build_report(options, tracked, provider, receiver, fleet, started)
         finally:
             await driver.aclose()
             await fleet.stop()
@@ -148,7 +155,10 @@ async def _drive(
         await asyncio.wait({work}, timeout=rng.uniform(*options.kill_gap_s))
         if work.done():
             break
-        victim = rng.choice(fleet.processes)
+        victim = (
+            rng.choice(fleet.processes) if options.victim is None
+            else fleet.processes[options.victim]
+        )
         await victim.kill()
         kills += 1
         await asyncio.sleep(rng.uniform(0.1, 1.0))
@@ -156,7 +166,7 @@ async def _drive(
     return await work
 
 
-async def _settle(tracked: list[Tracked], receiver: Receiver, profile: FaultProfile) -> None:
+async def settle(tracked: list[Tracked], receiver: Receiver, profile: FaultProfile) -> None:
     """Wait for each ended prediction's ``completed`` webhook to be acknowledged (bounded),
     then for a quiet spell in which a message sent after it would show."""
     ended = [t.prediction_id for t in tracked if t.final is not None and t.prediction_id]
@@ -177,15 +187,18 @@ async def _settle(tracked: list[Tracked], receiver: Receiver, profile: FaultProf
     await asyncio.sleep(max(1.0, min(profile.webhook_late_max_s, 5.0)))
 
 
-async def _report(
+async def build_report(
     options: Options, tracked: list[Tracked], provider: FakeProvider, receiver: Receiver,
     fleet: Fleet, started: float,
 ) -> Report:
+    """Check every prediction and the run-wide promises; the report (logs not yet read)."""
     violations: list[check.Violation] = []
     async with httpx.AsyncClient(timeout=30.0) as http:
         for item in tracked:
             deliveries = receiver.deliveries.get(item.prediction_id or "", [])
-            violations += await check.check_prediction(item, provider, deliveries, http)
+            violations += await check.check_prediction(
+                item, provider, deliveries, http, grace_s=fleet.down_s
+            )
     limit = options.profile.max_concurrency
     if provider.peak_active > limit:
         violations.append(check.Violation(

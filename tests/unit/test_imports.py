@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("contracts", "adapters", "gateway", "shadow")
+PACKAGES = ("contracts", "adapters", "gateway", "shadow", "chaos")
 
 
 def modules() -> list[str]:
