@@ -56,20 +56,18 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from datetime import datetime
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from adapters import cog_wire
+from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
 from contracts.errors import (
     ContractViolation,
     CutoverError,
-    ProviderBusy,
-    UpstreamRejected,
     UpstreamRetryable,
     WebhookVerificationError,
 )
@@ -88,59 +86,14 @@ TERMINAL_RETRY_WINDOW_S = 480.0
 
 _log = logging.getLogger(__name__)
 
-#: Cog's raw status -> canonical state (§1.5, §6). Anything else: see :func:`map_status`.
-STATUS_MAP: Mapping[str, JobState] = {
-    "starting": JobState.QUEUED,
-    "processing": JobState.RUNNING,
-    "succeeded": JobState.COMPLETED,
-    "failed": JobState.FAILED,
-    "canceled": JobState.CANCELED,
-}
-
 #: Every event; ``completed`` must stay in it or Cog sends no terminal webhook (§1.9).
 EVENTS_FILTER = ("start", "output", "logs", "completed")
-
-#: Sent by the watchdog probe instead of the job's input: ignored while the prediction
-#: is in flight, refused before ``predict()`` once it is forgotten (see above).
-PROBE_INPUT = "cutover-watchdog-probe"
 
 LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost"
 RESTART_ERROR = "the provider restarted while the prediction ran; its outcome was lost"
 
 _RESPOND_ASYNC = {"Prefer": "respond-async"}
-_BUSY_CODES = frozenset({409, 429, 503})  # at capacity, too many streams, setup unfinished
-_BODY_EXCERPT_CHARS = 200
 
-
-def map_status(raw_status: str) -> JobState:
-    """Canonical state of a Cog status (§1.5); an unknown one is ``RUNNING`` (non-terminal)."""
-    return STATUS_MAP.get(raw_status, JobState.RUNNING)
-
-
-class _CogPrediction(BaseModel):
-    """A prediction as Cog serialises it in responses and webhooks (§1.5)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    id: str = Field(min_length=1)
-    status: str = Field(min_length=1)
-    input: Any = None  # only in PUT answers about an in-flight prediction
-    output: Any = None
-    logs: str | None = None
-    error: str | None = None
-    metrics: dict[str, Any] | None = None
-
-    def snapshot(self) -> ProviderSnapshot:
-        return ProviderSnapshot(
-            provider_job_id=self.id, state=map_status(self.status), raw_status=self.status,
-            output=self.output, logs=self.logs, error=self.error, metrics=self.metrics or {},
-        )
-
-    @property
-    def forgotten(self) -> bool:
-        """This answer to the probe shows that Cog no longer knew the prediction."""
-        created_now = self.status == "starting" and "input" not in self.model_fields_set
-        return created_now or self.input == PROBE_INPUT
 
 
 class CogAdapter:
@@ -215,8 +168,8 @@ class CogAdapter:
             5xx, timeout, connection failure, or a 2xx body that is not a prediction.
         """
         response = await self._put(request.job_id, request.input, request.webhook_url)
-        _raise_for_status(self.name, "submit", response)
-        return _prediction(self.name, response).snapshot()
+        cog_wire.raise_for_status(self.name, "submit", response)
+        return cog_wire.prediction(self.name, response).snapshot()
 
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """Watchdog probe (§1.12 point 3): ``PUT`` the same id, :data:`PROBE_INPUT`, no webhook.
@@ -240,12 +193,12 @@ class CogAdapter:
         response = await self._put(job_id, PROBE_INPUT, None)
         code = response.status_code
         if code == httpx.codes.CONFLICT or (
-            code == httpx.codes.UNPROCESSABLE_ENTITY and _refuses_input(response)
+            code == httpx.codes.UNPROCESSABLE_ENTITY and cog_wire.refuses_input(response)
         ):
             # (d), or (c) with a schema
             return self._lost(job_id, "probe refused", await self._restarted_since(ref))
-        _raise_for_status(self.name, "fetch", response)
-        prediction = _prediction(self.name, response)
+        cog_wire.raise_for_status(self.name, "fetch", response)
+        prediction = cog_wire.prediction(self.name, response)
         if not prediction.forgotten:
             return prediction.snapshot()
         with contextlib.suppress(CutoverError):  # a safety net: it fails on its own
@@ -261,7 +214,7 @@ class CogAdapter:
             return False
         try:
             response = await self._client.get("/health-check")
-            started = _timestamp(response.json()["setup"]["started_at"])
+            started = cog_wire.parse_timestamp(response.json()["setup"]["started_at"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return False
         return started is not None and started > ref.submitted_at
@@ -284,7 +237,7 @@ class CogAdapter:
             response = await self._client.post(_path(ref.provider_job_id) + "/cancel")
         if response.status_code == httpx.codes.NOT_FOUND:
             return False
-        _raise_for_status(self.name, "cancel", response)
+        cog_wire.raise_for_status(self.name, "cancel", response)
         return True
 
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
@@ -322,9 +275,10 @@ class CogAdapter:
             Not JSON, not an object, or ``id``/``status`` missing or not strings.
         """
         try:
-            return _CogPrediction.model_validate_json(body).snapshot()
+            return cog_wire.CogPrediction.model_validate_json(body).snapshot()
         except ValidationError as exc:
-            problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
+            errors = exc.errors(include_url=False)
+            problems = "; ".join(cog_wire.describe(error) for error in errors)
             raise ContractViolation(
                 f"{self.name}: webhook body is not a Cog prediction: {problems}"
             ) from exc
@@ -366,81 +320,5 @@ class CogAdapter:
         )
 
 
-def _timestamp(value: object) -> datetime | None:
-    """An RFC 3339 time as Cog writes it (nanoseconds, ``+00:00``), timezone-aware."""
-    if not isinstance(value, str):
-        return None
-    trimmed = re.sub(r"(\.\d{6})\d+", r"\1", value.strip()).replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(trimmed)
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _path(job_id: str) -> str:
     return "/predictions/" + urllib.parse.quote(job_id, safe="")
-
-
-def _raise_for_status(name: str, action: str, response: httpx.Response) -> None:
-    """Map a Cog error status to the error tree (§1.4); 2xx passes."""
-    code = response.status_code
-    if code < 300:
-        return
-    what = f"{name}: {action} answered {code}"
-    if code in _BUSY_CODES:
-        raise ProviderBusy(f"{what} (not started, try later): {_excerpt(response)}")
-    if code == httpx.codes.UNPROCESSABLE_ENTITY:
-        raise UpstreamRejected(f"{what}: {_validation_detail(response)}")
-    if code < 500:  # other 4xx, and redirects (a misconfigured base_url)
-        raise UpstreamRejected(f"{what}: {_excerpt(response)}")
-    raise UpstreamRetryable(f"{what}: {_excerpt(response)}")
-
-
-def _prediction(name: str, response: httpx.Response) -> _CogPrediction:
-    try:
-        return _CogPrediction.model_validate_json(response.content)
-    except ValidationError as exc:
-        raise UpstreamRetryable(
-            f"{name}: answered {response.status_code} with a body that is not a prediction: "
-            f"{_excerpt(response)}"
-        ) from exc
-
-
-def _detail(response: httpx.Response) -> list[Any] | str | None:
-    """The ``detail`` of Cog's 422 body (§1.3): a list of complaints, or None."""
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        return None
-    return detail if isinstance(detail, list | str) and detail else None
-
-
-def _refuses_input(response: httpx.Response) -> bool:
-    """Whether a 422 names the input itself (``loc: ["body", "input", ...]``)."""
-    detail = _detail(response)
-    return isinstance(detail, list) and any(
-        isinstance(item, Mapping) and list(item.get("loc") or ())[:2] == ["body", "input"]
-        for item in detail
-    )
-
-
-def _validation_detail(response: httpx.Response) -> str:
-    """``input.prompt: Field required; ...`` from Cog's 422 body."""
-    detail = _detail(response)
-    if detail is None:
-        return _excerpt(response)
-    return detail if isinstance(detail, str) else "; ".join(_describe(i) for i in detail)
-
-
-def _describe(item: Any) -> str:
-    """One validation complaint (Cog's or pydantic's) as ``where: what``."""
-    if not isinstance(item, Mapping):
-        return str(item)
-    loc = [str(part) for part in item.get("loc") or () if part != "body"]
-    msg = str(item.get("msg", "invalid"))
-    return f"{'.'.join(loc)}: {msg}" if loc else msg
-
-
-def _excerpt(response: httpx.Response) -> str:
-    text = response.text.strip()
-    if len(text) > _BODY_EXCERPT_CHARS:
-        text = text[:_BODY_EXCERPT_CHARS] + "..."
-    return text or "(empty body)"

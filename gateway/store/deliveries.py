@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.clock import Clock, utcnow
 from gateway.store import lease, outbox
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
@@ -60,28 +59,11 @@ Pick = Callable[[list[Candidate], int], list[int]]
 """Chooses up to ``limit`` candidate ids to lease (oldest due first)."""
 
 
-class DeliveryQueue:
+class DeliveryQueue(lease.Leasing):
     """Claims outbox rows for sending and records each attempt's outcome.
 
-    Parameters
-    ----------
-    engine : AsyncEngine
-        The process's engine (owned by the caller).
-    owner : str
-        This process's lease owner id.
-    lease_s : float
-        How long a claim holds a row, in seconds; more than one attempt's timeout.
-    clock : Clock
-        Injected time source.
+    Constructed like :class:`gateway.store.lease.Leasing`.
     """
-
-    def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = utcnow
-    ) -> None:
-        self._engine = engine
-        self._owner = owner
-        self._lease = timedelta(seconds=lease_s)
-        self._clock = clock
 
     async def claim(self, limit: int, pick: Pick) -> tuple[list[OutboxRow], int]:
         """Lease the rows ``pick`` chooses among up to ``4 * limit`` due ones.
@@ -101,7 +83,7 @@ class DeliveryQueue:
                 table,
                 pick(candidates, limit),
                 owner=self._owner,
-                until=now + self._lease,
+                until=now + self._lease_length,
                 attempts=table.c.attempts + 1,
                 last_attempt_at=now,
             )

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.errors import ServiceUnavailable
-from gateway.clock import Clock, utcnow
 from gateway.store import lease
 from gateway.store.schema import provider_events
 
@@ -33,28 +30,11 @@ class ProviderEvent:
     body: bytes
 
 
-class ProviderEvents:
+class ProviderEvents(lease.Leasing):
     """Stores, claims and settles provider events.
 
-    Parameters
-    ----------
-    engine : AsyncEngine
-        The process's engine (owned by the caller).
-    owner : str
-        This process's lease owner id.
-    lease_s : float
-        How long a claim holds an event, in seconds.
-    clock : Clock
-        Injected time source.
+    Constructed like :class:`gateway.store.lease.Leasing`.
     """
-
-    def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = utcnow
-    ) -> None:
-        self._engine = engine
-        self._owner = owner
-        self._lease = timedelta(seconds=lease_s)
-        self._clock = clock
 
     async def add(self, job_id: str, provider: str, body: bytes) -> bool:
         """Store a verified body; True if it was new, False for a duplicate of the job's.
@@ -92,7 +72,7 @@ class ProviderEvents:
         )
         async with self._engine.begin() as conn:
             rows = await lease.claim(
-                conn, provider_events, pending, owner=self._owner, until=now + self._lease
+                conn, provider_events, pending, owner=self._owner, until=now + self._lease_length
             )
         return [ProviderEvent(r.id, r.job_id, r.provider, r.body) for r in rows]
 

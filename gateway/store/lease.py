@@ -10,13 +10,39 @@ other by; on SQLite the claim's ``BEGIN IMMEDIATE`` transaction serialises write
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["claim", "lease", "unleased"]
+from gateway.clock import Clock, utcnow
+
+__all__ = ["Leasing", "claim", "lease", "unleased"]
+
+
+class Leasing:
+    """Base of the store classes that lease rows to this process.
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The process's engine (owned by the caller).
+    owner : str
+        This process's lease owner id.
+    lease_s : float
+        How long a claim holds a row before another process may take it, in seconds.
+    clock : Clock
+        Injected time source.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = utcnow
+    ) -> None:
+        self._engine = engine
+        self._owner = owner
+        self._lease_length = timedelta(seconds=lease_s)
+        self._clock = clock
 
 
 def unleased(table: sa.Table, now: datetime) -> sa.ColumnElement[bool]:

@@ -9,7 +9,7 @@ the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs e
   ``User-Agent: cutover``, and Standard Webhooks headers (§6.4): ``webhook-id`` is the
   row's ``msg_id`` (the same on every retry), ``webhook-timestamp`` the time of this
   attempt, ``webhook-signature`` one ``v1,`` entry per secret in use;
-* **through the SSRF guard** (:func:`gateway.webhooks.ssrf.connector`), redirects not followed,
+* **through the SSRF guard** (:func:`gateway.webhooks.connector.connector`), redirects not followed,
   each attempt bounded by ``timeout_s``, at most ``max_concurrency`` at once.
 
 Outcomes follow :func:`gateway.webhooks.attempt.decide`: 2xx ``delivered``; ``completed``
@@ -46,7 +46,7 @@ from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.store import outbox
 from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
-from gateway.webhooks import retry, signing, ssrf
+from gateway.webhooks import connector, retry, signing, ssrf
 from gateway.webhooks.attempt import Attempt, Decision, decide
 
 __all__ = ["Delivery", "open_session", "signer_for"]
@@ -78,12 +78,12 @@ async def open_session(
 ) -> AsyncIterator[aiohttp.ClientSession]:
     """The HTTP client every delivery goes through; closed on exit.
 
-    Built on :func:`gateway.webhooks.ssrf.connector` (at most ``max_concurrency`` connections),
+    Built on :func:`gateway.webhooks.connector.connector` (at most ``max_concurrency`` connections),
     a total timeout of ``timeout_s`` seconds per request, no proxy from the environment
     and no cookie jar (one receiver's cookies never reach another).
     """
     session = aiohttp.ClientSession(
-        connector=ssrf.connector(policy, limit=max_concurrency),
+        connector=connector.connector(policy, limit=max_concurrency),
         timeout=aiohttp.ClientTimeout(total=timeout_s),
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,

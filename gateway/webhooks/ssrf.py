@@ -5,10 +5,8 @@ webhook target is checked twice:
 
 * at create time, :meth:`WebhookTargetPolicy.check_url` refuses a URL whose scheme, shape
   or resolved addresses are not allowed (a ``ContractViolation``, 422);
-* at delivery time, the connector from :func:`connector` checks the address aiohttp really
-  connects to: names go through :class:`GuardedResolver`, which drops refused addresses
-  (DNS rebinding defence), and literal IP hosts, which aiohttp never passes to a resolver,
-  are checked in the connector's ``connect``.
+* at delivery time, the connector from :func:`gateway.webhooks.connector.connector`
+  checks the address aiohttp really connects to (:mod:`gateway.webhooks.connector`).
 
 Only addresses that are publicly routable pass, unless the URL's host is allow-listed.
 The allow-list names what an app may write as the URL host: a host name (exact,
@@ -25,25 +23,19 @@ import errno
 import ipaddress
 import socket
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
-import aiohttp
 import yarl
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.client_reqrep import ClientRequest
-from aiohttp.connector import Connection
-from aiohttp.tracing import Trace
 
 from contracts import errors
 
 __all__ = [
-    "GuardedResolver",
     "Resolver",
     "SystemResolver",
     "TargetRefused",
     "WebhookTargetPolicy",
     "blocked_reason",
-    "connector",
+    "ip_literal",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -52,7 +44,6 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
 _NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")
-_NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 
 class Resolver(Protocol):
@@ -154,7 +145,7 @@ def _flag_reason(ip: IPAddress) -> str | None:
     return next((reason for flagged, reason in checks if flagged), None)
 
 
-def _ip_literal(host: str) -> IPAddress | None:
+def ip_literal(host: str) -> IPAddress | None:
     """The address if ``host`` is an IP literal (brackets and zone allowed), else None."""
     try:
         return ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
@@ -167,7 +158,7 @@ def _is_legacy_ipv4(host: str) -> bool:
 
     ``127.1``, ``2130706433`` and ``0x7f.0.0.1`` all mean 127.0.0.1 to the C library.
     """
-    if _ip_literal(host) is not None:
+    if ip_literal(host) is not None:
         return False
     try:
         socket.inet_aton(host)
@@ -229,7 +220,7 @@ class WebhookTargetPolicy:
 
     def is_allowed_host(self, host: str) -> bool:
         """True if the URL host ``host`` (as written, e.g. yarl's ``raw_host``) is allow-listed."""
-        literal = _ip_literal(host)
+        literal = ip_literal(host)
         if literal is not None:
             return any(literal in network for network in self._networks)
         return _normalise_name(host) in self._names
@@ -276,7 +267,7 @@ class WebhookTargetPolicy:
             return f"webhook host {host!r} resolved to {address!r}, which is not an IP address"
         if reason is None:
             return None
-        where = f"is {address}" if _ip_literal(host) is not None else f"resolves to {address}"
+        where = f"is {address}" if ip_literal(host) is not None else f"resolves to {address}"
         return (
             f"webhook host {host!r} {where} ({reason}); only public addresses are allowed "
             "unless the host is allow-listed"
@@ -315,7 +306,7 @@ class WebhookTargetPolicy:
             )
         if allowed:
             return
-        if _ip_literal(host) is not None:
+        if ip_literal(host) is not None:
             self.check_address(host, host)
             return
         for address in await self._resolve_for_check(host, target.port or 443):
@@ -355,138 +346,3 @@ def _parse(url: str) -> yarl.URL:
             f"webhook host {target.raw_host!r} is not a canonical IPv4 address"
         )
     return target
-
-
-class GuardedResolver(AbstractResolver):
-    """An aiohttp resolver that only returns addresses the policy allows for the host.
-
-    Parameters
-    ----------
-    policy : WebhookTargetPolicy
-        Decides which addresses are allowed for which host.
-    resolver : Resolver, optional
-        The underlying resolution; the policy's own resolver by default.
-
-    Notes
-    -----
-    aiohttp only calls a resolver for host *names*: literal IP hosts skip it, which is why
-    :func:`connector` also checks them in ``connect``. Use this resolver through
-    :func:`connector` rather than on its own.
-    """
-
-    def __init__(self, policy: WebhookTargetPolicy, resolver: Resolver | None = None) -> None:
-        self._policy = policy
-        self._resolver = resolver if resolver is not None else policy.resolver
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        """Resolve ``host`` and keep the addresses the policy allows.
-
-        Returns
-        -------
-        list[ResolveResult]
-            The allowed addresses of the requested family (``AF_UNSPEC``: any).
-
-        Raises
-        ------
-        TargetRefused
-            Every address was refused by the policy.
-        OSError
-            Resolution failed, or no address of the requested family.
-        """
-        kept: list[ResolveResult] = []
-        refused: list[str] = []
-        for address in dict.fromkeys(await self._resolver.resolve(host, port)):
-            reason = self._policy.refusal(host, address)
-            if reason is not None:
-                refused.append(reason)
-                continue
-            address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
-            if family in (socket.AF_UNSPEC, address_family):
-                kept.append(_result(host, address, port, address_family))
-        if kept:
-            return kept
-        if refused:
-            raise TargetRefused("; ".join(refused))
-        raise OSError(errno.EADDRNOTAVAIL, f"webhook host {host!r} has no usable address")
-
-    async def close(self) -> None:
-        """Nothing to release: the wrapped resolver belongs to its creator."""
-
-
-def _result(host: str, address: str, port: int, family: int) -> ResolveResult:
-    return ResolveResult(
-        hostname=host,
-        host=address,
-        port=port,
-        family=family,
-        proto=socket.IPPROTO_TCP,
-        flags=_NUMERIC_FLAGS,
-    )
-
-
-class _GuardedConnector(aiohttp.TCPConnector):
-    """A TCPConnector that also vets IP-literal hosts and refuses proxies."""
-
-    def __init__(self, policy: WebhookTargetPolicy, **options: Any) -> None:
-        super().__init__(resolver=GuardedResolver(policy), **options)
-        self._policy = policy
-
-    async def connect(
-        self,
-        req: ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
-    ) -> Connection:
-        host = req.url.raw_host or ""
-        reason: str | None = None
-        if req.proxy is not None:
-            reason = "webhook deliveries must not go through a proxy (the guard cannot see "
-            reason += "the address the proxy connects to)"
-        elif not req.is_ssl() and not self._policy.is_allowed_host(host):
-            reason = f"plain http to webhook host {host!r}, which is not allow-listed"
-        elif _ip_literal(host) is not None:
-            reason = self._policy.refusal(host, host)
-        if reason is not None:
-            raise aiohttp.ClientConnectorError(req.connection_key, TargetRefused(reason))
-        return await super().connect(req, traces, timeout)
-
-
-def connector(policy: WebhookTargetPolicy, **options: Any) -> aiohttp.TCPConnector:
-    """Build the connector every webhook delivery must use.
-
-    Every address it connects to is checked against ``policy``: names through
-    :class:`GuardedResolver`, IP-literal hosts before connecting. It also refuses plain
-    ``http`` to a host that is not allow-listed, and any proxied request (a
-    ``ClientSession(trust_env=True)`` with ``HTTPS_PROXY`` set would otherwise let the
-    proxy resolve, unguarded).
-
-    Parameters
-    ----------
-    policy : WebhookTargetPolicy
-        The target policy.
-    **options
-        Passed to ``aiohttp.TCPConnector`` (``limit``, ``limit_per_host``, ``ssl``...),
-        except ``resolver``.
-
-    Returns
-    -------
-    aiohttp.TCPConnector
-        Must be created inside a running event loop; the caller closes it.
-
-    Raises
-    ------
-    TypeError
-        ``resolver`` was passed in ``options``.
-
-    Notes
-    -----
-    A refused request raises ``aiohttp.ClientConnectorError`` (``ClientConnectorDNSError``
-    for a name) with ``os_error`` a :class:`TargetRefused`; nothing is connected. Do not
-    follow redirects (``allow_redirects=False``, §6.1): each hop would be vetted, but a
-    redirect is not a delivery.
-    """
-    if "resolver" in options:
-        raise TypeError("connector() builds its own resolver")
-    return _GuardedConnector(policy, **options)

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contracts import errors
-from gateway.webhooks import ssrf
+from gateway.webhooks import connector, ssrf
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"
@@ -287,7 +287,7 @@ def test_every_internal_range_is_refused(ip: ipaddress.IPv4Address | ipaddress.I
 
 async def test_guarded_resolver_keeps_only_allowed_addresses() -> None:
     guard = policy(answers={"mixed.example": ["127.0.0.2", PUBLIC_V4, "10.0.0.1", PUBLIC_V6]})
-    resolver = ssrf.GuardedResolver(guard)
+    resolver = connector.GuardedResolver(guard)
     results = await resolver.resolve("mixed.example", 443, family=socket.AF_UNSPEC)
     assert [r["host"] for r in results] == [PUBLIC_V4, PUBLIC_V6]
     assert [r["family"] for r in results] == [socket.AF_INET, socket.AF_INET6]
@@ -299,7 +299,7 @@ async def test_guarded_resolver_keeps_only_allowed_addresses() -> None:
 
 async def test_guarded_resolver_refuses_when_nothing_is_left() -> None:
     guard = policy(["hooks.internal"], {"evil.example": ["127.0.0.2"], "hooks.internal": ["::1"]})
-    resolver = ssrf.GuardedResolver(guard)
+    resolver = connector.GuardedResolver(guard)
     with pytest.raises(ssrf.TargetRefused, match=r"127\.0\.0\.2 \(loopback\)"):
         await resolver.resolve("evil.example", 443, family=socket.AF_UNSPEC)
     kept = await resolver.resolve("hooks.internal", 80, family=socket.AF_UNSPEC)
@@ -335,7 +335,7 @@ async def test_dns_rebinding_is_refused_at_delivery(
     await guard.check_url(url)  # create time: the name looked public
 
     async with aiohttp.ClientSession(
-        connector=ssrf.connector(guard, socket_factory=no_socket)
+        connector=connector.connector(guard, socket_factory=no_socket)
     ) as s:
         with pytest.raises(aiohttp.ClientConnectorDNSError) as caught:
             await s.post(url, data=b"{}", allow_redirects=False)
@@ -362,7 +362,7 @@ async def test_connector_vets_what_the_resolver_never_sees(
     guard = policy(["127.0.0.1"], {"hooks.example.com": [PUBLIC_V4]})
     options = {key: value.format(port=port) for key, value in kwargs.items()}
     async with aiohttp.ClientSession(
-        connector=ssrf.connector(guard, socket_factory=no_socket)
+        connector=connector.connector(guard, socket_factory=no_socket)
     ) as s:
         with pytest.raises(aiohttp.ClientConnectorError) as caught:
             await s.post(url.format(port=port), data=b"{}", allow_redirects=False, **options)
@@ -398,7 +398,7 @@ async def test_allow_listed_loopback_literal_is_delivered(
     guard = policy(["127.0.0.1"])
     url = f"http://127.0.0.1:{port}/hook"
     await guard.check_url(url)
-    async with aiohttp.ClientSession(connector=ssrf.connector(guard)) as session:
+    async with aiohttp.ClientSession(connector=connector.connector(guard)) as session:
         async with session.post(url, data=b'{"id":"p1"}', allow_redirects=False) as response:
             assert response.status == 204
     assert bodies == [b'{"id":"p1"}']
@@ -412,7 +412,7 @@ async def test_allow_listed_name_is_delivered_through_the_guarded_resolver(
     guard = ssrf.WebhookTargetPolicy(["hooks.internal"], resolver=resolver)
     url = f"http://hooks.internal:{port}/hook"
     await guard.check_url(url)
-    async with aiohttp.ClientSession(connector=ssrf.connector(guard)) as session:
+    async with aiohttp.ClientSession(connector=connector.connector(guard)) as session:
         async with session.post(url, data=b"{}", allow_redirects=False) as response:
             assert response.status == 204
     assert bodies == [b"{}"]
@@ -421,7 +421,7 @@ async def test_allow_listed_name_is_delivered_through_the_guarded_resolver(
 
 async def test_connector_builds_its_own_resolver() -> None:
     with pytest.raises(TypeError):
-        ssrf.connector(policy(), resolver=ssrf.GuardedResolver(policy()))
+        connector.connector(policy(), resolver=connector.GuardedResolver(policy()))
 
 
 async def test_system_resolver_answers_ip_strings() -> None:

@@ -1,0 +1,248 @@
+"""The job store's work queue: leases, re-checks, cancels and deadlines.
+
+:class:`Claims` is the half of :class:`gateway.store.jobs.JobStore` that picks jobs for
+the loops (dispatcher, poller, reaper) and hands them back: claims take a time-limited
+lease (:mod:`gateway.store.lease`), a release says when the job is due again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from contracts.job import Job, JobState
+from gateway.store import lease
+from gateway.store.records import ACTIVE as _ACTIVE
+from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
+from gateway.store.records import job_from_row as _job
+from gateway.store.schema import jobs, provider_events
+
+__all__ = ["Claims"]
+
+
+class Claims(lease.Leasing):
+    """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
+
+    async def get(self, job_id: str) -> Job:
+        """The job with ``job_id`` (:meth:`gateway.store.jobs.JobStore.get`)."""
+        raise NotImplementedError
+
+    async def claim_dispatch(self, provider: str, limit: int) -> list[Job]:
+        """Lease up to ``limit`` unsubmitted, due jobs of ``provider``, oldest first."""
+        if limit <= 0:
+            return []
+        now = self._clock()
+        due = (
+            sa.select(jobs.c.id)
+            .where(
+                jobs.c.provider == provider,
+                jobs.c.state.in_(_UNSUBMITTED),
+                jobs.c.submitted_at.is_(None),
+                jobs.c.cancel_requested_at.is_(None),
+                sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+                sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
+                lease.unleased(jobs, now),
+            )
+            .order_by(jobs.c.created_at, jobs.c.id)
+            .limit(limit)
+        )
+        return await self._lease(due, now)
+
+    async def claim_fetch(self, limit: int) -> list[Job]:
+        """Lease up to ``limit`` submitted, active jobs whose next check is due."""
+        now = self._clock()
+        due = (
+            sa.select(jobs.c.id)
+            .where(
+                jobs.c.state.in_(_ACTIVE),
+                jobs.c.submitted_at.is_not(None),
+                jobs.c.next_attempt_at <= now,
+                lease.unleased(jobs, now),
+            )
+            .order_by(jobs.c.next_attempt_at)
+            .limit(limit)
+        )
+        return await self._lease(due, now)
+
+    async def _lease(self, due: sa.Select[Any], now: datetime) -> list[Job]:
+        until = now + self._lease_length
+        async with self._engine.begin() as conn:
+            rows = await lease.claim(conn, jobs, due, owner=self._owner, until=until)
+        return [_job(row) for row in rows]
+
+    async def postpone_check(self, job_id: str, until: datetime) -> None:
+        """Push a submitted job's next poll or watchdog probe back to ``until``.
+
+        Called when the provider has just spoken about the job (a webhook arrived), so
+        the watchdog does not probe a job whose events are still being applied.
+        """
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.state.in_(_ACTIVE),
+                    jobs.c.submitted_at.is_not(None),
+                    jobs.c.next_attempt_at < until,
+                )
+                .values(next_attempt_at=until)
+            )
+
+    async def mark_lost(self, job_id: str) -> datetime:
+        """Record when the provider was first found not to know the job; return that time."""
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.lost_at.is_(None))
+                .values(lost_at=now, updated_at=now)
+            )
+            return (
+                await conn.execute(sa.select(jobs.c.lost_at).where(jobs.c.id == job_id))
+            ).scalar_one()
+
+    async def has_unprocessed_events(self, job_id: str) -> bool:
+        """Whether provider events for ``job_id`` are stored but not yet applied."""
+        query = sa.select(provider_events.c.id).where(
+            provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
+        )
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).first() is not None
+
+    async def count_in_flight(self, provider: str) -> int:
+        """Jobs submitted to ``provider`` and not yet terminal."""
+        async with self._engine.connect() as conn:
+            return int(
+                (
+                    await conn.execute(
+                        sa.select(sa.func.count())
+                        .select_from(jobs)
+                        .where(
+                            jobs.c.provider == provider,
+                            jobs.c.state.in_(_ACTIVE),
+                            jobs.c.submitted_at.is_not(None),
+                        )
+                    )
+                ).scalar_one()
+            )
+
+    async def release(self, job_id: str, *, next_attempt_at: datetime | None) -> None:
+        """Drop this process's lease and set when the job is due again."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.lease_owner == self._owner)
+                .values(
+                    lease_owner=None,
+                    leased_until=None,
+                    next_attempt_at=next_attempt_at,
+                    updated_at=self._clock(),
+                )
+            )
+
+    async def defer(self, job_id: str, *, next_attempt_at: datetime, raw_status: str) -> None:
+        """The provider was busy: keep the job ``queued`` and try again later."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state.in_(_UNSUBMITTED))
+                .values(
+                    state=JobState.QUEUED.value,
+                    raw_status=raw_status,
+                    attempts=jobs.c.attempts + 1,
+                    next_attempt_at=next_attempt_at,
+                    lease_owner=None,
+                    leased_until=None,
+                    updated_at=self._clock(),
+                )
+            )
+
+    async def _select(self, query: sa.Select[Any]) -> list[Job]:
+        async with self._engine.connect() as conn:
+            return [_job(row) for row in await conn.execute(query)]
+
+    # --- cancel and deadlines -------------------------------------------------------
+
+    async def request_cancel(self, job_id: str) -> Job:
+        """Mark a cancel request (idempotent); returns the job as it stands."""
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.state.in_(_ACTIVE),
+                    jobs.c.cancel_requested_at.is_(None),
+                )
+                .values(cancel_requested_at=now, updated_at=now)
+            )
+        return await self.get(job_id)
+
+    async def mark_cancel_sent(self, job_id: str) -> None:
+        """Record that the provider was asked to cancel."""
+        now = self._clock()
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update().where(jobs.c.id == job_id).values(cancel_sent_at=now, updated_at=now)
+            )
+
+    async def unsubmitted_to_cancel(self, limit: int) -> list[Job]:
+        """Unsubmitted jobs with a cancel request or a passed deadline (not leased)."""
+        now = self._clock()
+        query = (
+            sa.select(jobs)
+            .where(
+                jobs.c.state.in_(_UNSUBMITTED),
+                jobs.c.submitted_at.is_(None),
+                sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
+                lease.unleased(jobs, now),
+            )
+            .limit(limit)
+        )
+        return await self._select(query)
+
+    async def submitted_to_cancel(self, resend_before: datetime, limit: int) -> list[Job]:
+        """Submitted active jobs that need a provider cancel (again).
+
+        A cancel is due when one was requested or the deadline passed, and none was sent
+        yet or the last one went out before ``resend_before`` without a terminal event
+        following (a provider may acknowledge a cancel and still miss it: providers.md
+        §1.7).
+        """
+        now = self._clock()
+        query = (
+            sa.select(jobs)
+            .where(
+                jobs.c.state.in_(_ACTIVE),
+                jobs.c.submitted_at.is_not(None),
+                sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
+                sa.or_(jobs.c.cancel_sent_at.is_(None), jobs.c.cancel_sent_at <= resend_before),
+            )
+            .limit(limit)
+        )
+        return await self._select(query)
+
+    async def overdue(
+        self, *, cancel_before: datetime, created_before: datetime, limit: int
+    ) -> list[Job]:
+        """Active jobs the gateway must end itself.
+
+        ``cancel_before``: a cancel was requested, or the deadline passed, before this
+        time and no terminal event followed. ``created_before``: a job without a deadline
+        of its own created before this (the gateway's maximum job lifetime).
+        """
+        query = (
+            sa.select(jobs)
+            .where(
+                jobs.c.state.in_(_ACTIVE),
+                sa.or_(
+                    jobs.c.cancel_requested_at <= cancel_before,
+                    jobs.c.deadline <= cancel_before,
+                    sa.and_(jobs.c.deadline.is_(None), jobs.c.created_at <= created_before),
+                ),
+            )
+            .limit(limit)
+        )
+        return await self._select(query)

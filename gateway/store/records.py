@@ -1,0 +1,106 @@
+"""What the job store takes and returns besides jobs, and the state sets its SQL names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
+
+__all__ = [
+    "ACTIVE",
+    "TERMINAL",
+    "UNSUBMITTED",
+    "AssetRecord",
+    "NewJob",
+    "Outcome",
+    "Progress",
+    "ValueRefused",
+    "job_from_row",
+    "storable_text",
+]
+
+ACTIVE = [s.value for s in ACTIVE_STATES]
+UNSUBMITTED = [JobState.CREATING.value, JobState.QUEUED.value]
+TERMINAL = [s.value for s in TERMINAL_STATES]
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated, routed create request, ready to be stored."""
+
+    id: str
+    model: str
+    version: str
+    deployment: str | None
+    route: str
+    provider: str
+    input: dict[str, Any]
+    callback_token: str
+    webhook: str | None = None
+    webhook_events_filter: list[str] | None = None
+    deadline: datetime | None = None
+    stream: bool = False
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A non-terminal observation: forward state, output and logs so far."""
+
+    state: JobState
+    raw_status: str
+    output: Any = None
+    logs: str | None = None
+
+
+@dataclass(frozen=True)
+class AssetRecord:
+    """A file copied into owned storage for a job."""
+
+    key: str
+    sha256: str
+    size_bytes: int
+    content_type: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The terminal result the finalizer records."""
+
+    state: JobState
+    raw_status: str
+    output: Any = None
+    logs: str | None = None
+    error: str | None = None
+    metrics: dict[str, Any] | None = None
+    assets: Sequence[AssetRecord] = ()
+
+
+class ValueRefused(Exception):
+    """The database refused to store a value.
+
+    ``error`` names the store's error class, ``cause`` the database driver's.
+    """
+
+    def __init__(self, error: str, cause: str) -> None:
+        super().__init__(f"{error} ({cause})")
+        self.error = error
+        self.cause = cause
+
+
+def storable_text(value: str | None) -> str | None:
+    """Provider text made storable everywhere: PostgreSQL text cannot hold NUL."""
+    return None if value is None else value.replace("\x00", "\ufffd")
+
+
+def job_from_row(row: sa.Row[Any]) -> Job:
+    """A ``jobs`` row as the contract's :class:`~contracts.job.Job`."""
+    return Job.model_validate(dict(row._mapping))
