@@ -26,8 +26,7 @@ from gateway.clock import utcnow
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
 from gateway.finalizer import Finalizer
-from gateway.http import api, keys
-from gateway.http import ops as public
+from gateway.http import api, assets, keys, ops, provider_webhooks
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import auth_middleware, problem_middleware
 from gateway.intake import EventProcessor, Intake
@@ -92,7 +91,9 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(_webhook_http)
     app.cleanup_ctx.append(_loops(run_loops))
-    app.add_routes(public.routes)
+    app.add_routes(ops.routes)
+    app.add_routes(assets.routes)
+    app.add_routes(provider_webhooks.routes)
     app.add_routes(api.routes)
     app.add_subapp(
         "/admin", create_admin_app(t.get_secret_value() for t in settings.admin.tokens)

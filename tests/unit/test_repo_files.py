@@ -89,3 +89,15 @@ def test_example_config_has_the_documented_keys():
     route = config["routes"][0]
     assert re.fullmatch(r"[0-9a-f]{64}", route["version"])
     assert route["provider"] in config["providers"]
+
+
+def test_no_module_over_400_lines():
+    """STYLE.md: a module past 400 lines is asking to be split (migrations excepted)."""
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for package in ("contracts", "adapters", "gateway", "shadow")
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert not too_long, f"split these modules: {too_long}"
