@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
 from gateway.http import keys
+from gateway.store import db
 
 __all__ = [
     "PUBLIC_PREFIXES",
@@ -36,6 +37,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 
 PUBLIC_PREFIXES = ("/health", "/ready", "/metrics", "/assets/", "/provider-webhooks/", "/admin/")
+
+STORE_RETRY_AFTER_S = 2
+"""``Retry-After`` (seconds) of the 503 answered while the database cannot be reached."""
 
 _HTTP_TITLES = {
     404: "Not found",
@@ -79,7 +83,15 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         if "Allow" in exc.headers:  # a 405 must say what is allowed (RFC 9110 §15.5.6)
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except Exception:  # the boundary: never a traceback to the client
+    except Exception as exc:  # the boundary: never a traceback to the client
+        if db.unreachable(exc):  # the store is away: retry later, and say when
+            log.warning("store_unreachable", extra={"path": request.path,
+                                                    "error": type(exc).__name__})
+            response = problem_response(
+                503, "Service unavailable", "the gateway's database cannot be reached; retry"
+            )
+            response.headers["Retry-After"] = str(STORE_RETRY_AFTER_S)
+            return response
         log.exception("unhandled_error", extra={"path": request.path})
         return problem_response(500, "Internal error", "the gateway failed; see its logs")
 

@@ -8,19 +8,21 @@ claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store.jobs`).
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from contracts.errors import ConfigurationError
 
-__all__ = ["Engine", "StoreError", "create_engine", "is_sqlite", "migrate"]
+__all__ = ["Engine", "StoreError", "create_engine", "is_sqlite", "migrate", "unreachable"]
 
 Engine = AsyncEngine
 """The process's engine: created by the composition root, handed only to store classes."""
@@ -29,6 +31,12 @@ StoreError = SQLAlchemyError
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_S = 30.0
+PG_CONNECT_TIMEOUT_S = 5.0
+"""How long opening a PostgreSQL connection may take: a database that is away must make
+requests fail fast (503), not hang them (docs/reliability.md, "Dependency outages")."""
+# SQLSTATE classes and codes that mean "the server is not there for us right now":
+# connection exceptions (08), shutdown or crash (57P01-57P03), too many connections (53300).
+_UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
@@ -63,10 +71,32 @@ def create_engine(database_url: str) -> AsyncEngine:
         _configure_sqlite(engine)
         return engine
     if url.drivername == "postgresql+asyncpg":
-        return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        return create_async_engine(
+            url, pool_size=10, max_overflow=10, pool_pre_ping=True,
+            connect_args={"timeout": PG_CONNECT_TIMEOUT_S},
+        )
     raise ConfigurationError(
         f"database_url driver {url.drivername!r} is not supported; "
         "use sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB"
+    )
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached at all (not that a statement
+    failed): a refused, dropped or timed-out connection, a server shutting down, too many
+    clients, the pool giving up. The HTTP edge answers those with 503 and ``Retry-After``.
+    """
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig
+        state = str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+        if exc.connection_invalidated or state.startswith(_UNREACHABLE_STATES):
+            return True
+        if isinstance(exc, sa_exc.InterfaceError):
+            return True
+        return isinstance(orig, OSError) or "unable to open database" in str(orig).lower()
+    return isinstance(
+        exc, sa_exc.TimeoutError | sa_exc.DisconnectionError | ConnectionError | TimeoutError
+        | socket.gaierror,
     )
 
 
