@@ -11,6 +11,7 @@ provider-event processor, webhook delivery). The admin API is a sub-application 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -46,6 +47,7 @@ from gateway.store.deliveries import DeliveryQueue
 from gateway.store.events import ProviderEvents
 from gateway.store.jobs import JobStore
 from gateway.store.outbox import Planner
+from gateway.store.reader import JobReader
 from gateway.watch import Watcher
 from gateway.webhooks import delivery, retry, signing, ssrf
 from gateway.webhooks.deadletter import DeadLetters
@@ -172,7 +174,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     downloads = httpx.AsyncClient(
         timeout=httpx.Timeout(gw.output_download_timeout_s, connect=10.0), trust_env=False
     )
-    async with downloads as http:
+    reader = JobReader(store)
+    async with downloads as http, contextlib.AsyncExitStack() as stack:
+        stack.callback(reader.close)
         app[_HTTP] = http
         copier = OutputCopier(
             storage=app[keys.STORAGE],
@@ -195,6 +199,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             notifier=app[keys.NOTIFIER],
             webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
+            reader=reader,
         )
         app[keys.INTAKE] = Intake(
             store=store,

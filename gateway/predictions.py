@@ -22,11 +22,14 @@ from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from gateway import ids
+from gateway.bodies import FinishedBodies
 from gateway.clock import Clock, utcnow
 from gateway.http import wire
 from gateway.notify import Notifier
 from gateway.routing import Router
+from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
+from gateway.store.reader import JobReader
 from gateway.webhooks import ssrf
 
 __all__ = [
@@ -141,9 +144,14 @@ class PredictionService:
         notifier: Notifier,
         webhook_policy: ssrf.WebhookTargetPolicy,
         public_url: str,
+        reader: JobReader | None = None,
+        bodies: FinishedBodies | None = None,
         clock: Clock = utcnow,
     ) -> None:
         self._store = store
+        self._reader = reader or JobReader(store)
+        self._creates = CreateBatcher(store, clock=clock)
+        self._bodies = bodies if bodies is not None else FinishedBodies()
         self._router = router
         self._notifier = notifier
         self._policy = webhook_policy
@@ -203,7 +211,7 @@ class PredictionService:
             created_at=now,
         )
         try:
-            job, created = await self._store.create(new)
+            job, created = await self._creates.create(new)
         except Conflict:
             raise _reused_key(options) from None
         if created:
@@ -225,14 +233,22 @@ class PredictionService:
             woken, changed = await self._notifier.wait_job(job.id, left)
             if not woken:
                 break
-            job = changed if changed is not None else await self._store.get(job.id)
+            job = changed if changed is not None else await self._reader.get(job.id)
         return job
 
     async def get(self, job_id: str) -> Job:
         """The job; ``NotFound`` for an unknown or malformed id."""
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        return await self._store.get(job_id)
+        return await self._reader.get(job_id)
+
+    async def get_json(self, job_id: str) -> bytes:
+        """The prediction's JSON bytes: a finished one's from :mod:`gateway.bodies`,
+        without reading the store; ``NotFound`` for an unknown or malformed id."""
+        kept = self._bodies.get(job_id)
+        if kept is not None:
+            return kept
+        return self.render(await self.get(job_id))
 
     async def cancel(self, job_id: str) -> Job:
         """Request a cancel (idempotent); a finished prediction is returned unchanged."""
@@ -261,7 +277,7 @@ class PredictionService:
             "limit": PAGE_SIZE + 1,
         }
         kwargs["after" if direction == "prev" else "before"] = position
-        found = await self._store.page(**kwargs)
+        found = await self._reader.page(**kwargs)
         if direction == "prev":
             more_newer = len(found) > PAGE_SIZE
             found = found[-PAGE_SIZE:] if more_newer else found
@@ -283,7 +299,17 @@ class PredictionService:
 
     def prediction(self, job: Job, *, status: str | None = None) -> dict[str, Any]:
         """The wire form of ``job``."""
-        return wire.prediction(job, self._public_url, status=status).wire()
+        return wire.body(job, self._public_url, status=status)
+
+    def render(self, job: Job) -> bytes:
+        """The JSON bytes of ``job`` as GET shows it; a finished job's are made once."""
+        if not job.state.terminal:
+            return wire.prediction_json(job, self._public_url)
+        kept = self._bodies.get(job.id)
+        if kept is None:
+            kept = wire.prediction_json(job, self._public_url)
+            self._bodies.put(job.id, kept)
+        return kept
 
 
 def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:

@@ -8,13 +8,25 @@ upstream ones), the status is one of five values, timestamps are RFC 3339 UTC wi
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from contracts.job import Job, replicate_status
 from contracts.replicate import Prediction
 
-__all__ = ["prediction", "prediction_url", "timestamp"]
+__all__ = ["body", "dumps", "prediction", "prediction_json", "prediction_url", "timestamp"]
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON of ``value``: orjson, or the standard library for what orjson
+    cannot write (integers beyond 64 bits, which apps may send in an input)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def timestamp(value: datetime | None) -> str | None:
@@ -63,6 +75,46 @@ def prediction(job: Job, base_url: str, *, status: str | None = None) -> Predict
         webhook=job.webhook,
         webhook_events_filter=job.webhook_events_filter,
     )
+
+
+def body(job: Job, base_url: str, *, status: str | None = None) -> dict[str, Any]:
+    """The JSON object of ``job`` as apps see it: ``prediction(...).wire()``, built directly.
+
+    Optional keys without a value (``deadline``, ``deployment``, ``webhook``,
+    ``webhook_events_filter``) are left out, as :meth:`Prediction.wire` does.
+    """
+    get_url = prediction_url(base_url, job.id)
+    removed = job.data_removed
+    data: dict[str, Any] = {
+        "id": job.id,
+        "model": job.model,
+        "version": job.version,
+        "input": None if removed else job.input,
+        "output": None if removed else job.output,
+        "logs": job.logs or "",
+        "error": job.error,
+        "status": status or replicate_status(job.state),
+        "created_at": timestamp(job.created_at) or "",
+        "started_at": timestamp(job.started_at),
+        "completed_at": timestamp(job.completed_at),
+        "urls": {"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url},
+        "metrics": _metrics(job),
+        "data_removed": removed,
+        "source": "api",
+    }
+    optional = {
+        "deadline": timestamp(job.deadline),
+        "deployment": job.deployment,
+        "webhook": job.webhook,
+        "webhook_events_filter": job.webhook_events_filter,
+    }
+    data.update((k, v) for k, v in optional.items() if v is not None)
+    return data
+
+
+def prediction_json(job: Job, base_url: str, *, status: str | None = None) -> bytes:
+    """:func:`body` as compact UTF-8 JSON bytes (orjson: the hot path of GET and list)."""
+    return dumps(body(job, base_url, status=status))
 
 
 def _metrics(job: Job) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""The JSON of finished predictions, made once per process and kept.
+
+A finished prediction never changes (DESIGN "Lifecycle": a terminal state never changes,
+and nothing rewrites a finished job's row), so the bytes of its JSON, once made, are right
+in every gateway process sharing the store, whichever of them finished it. GET and list
+serve them from here without reading the store again. Unfinished predictions are never
+kept: their row is read on every request (see :mod:`gateway.store.reader`).
+
+The cache is bounded by the total size of the bodies it holds (least recently used out
+first).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+__all__ = ["DEFAULT_MAX_BYTES", "FinishedBodies"]
+
+DEFAULT_MAX_BYTES = 32 * 2**20
+
+
+class FinishedBodies:
+    """An LRU map from prediction id to the JSON bytes of the finished prediction.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._bodies: OrderedDict[str, bytes] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def get(self, job_id: str) -> bytes | None:
+        """The kept body of ``job_id``, or None."""
+        body = self._bodies.get(job_id)
+        if body is not None:
+            self._bodies.move_to_end(job_id)
+        return body
+
+    def put(self, job_id: str, body: bytes) -> None:
+        """Keep ``body`` as the finished prediction ``job_id``'s JSON."""
+        if len(body) > self._max_bytes or job_id in self._bodies:
+            return
+        self._bodies[job_id] = body
+        self._bytes += len(body)
+        while self._bytes > self._max_bytes:
+            _, dropped = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
