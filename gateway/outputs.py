@@ -28,7 +28,8 @@ import posixpath
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import httpx
@@ -88,10 +89,31 @@ def is_data_uri(value: str) -> bool:
 
 @dataclass(frozen=True)
 class _File:
-    data: bytes
+    """A file read from an output: in memory (``data:`` URIs, already part of the output)
+    or spooled to a temporary file of the storage (downloads), hashed as it was read."""
+
     content_type: str
     name: str | None
     source: str
+    sha256: str
+    size: int
+    data: bytes | None = None
+    path: Path | None = None
+
+    @classmethod
+    def of_bytes(cls, data: bytes, content_type: str, source: str) -> _File:
+        digest = hashlib.sha256(data).hexdigest()
+        return cls(content_type, None, source, digest, len(data), data=data)
+
+
+SPOOL_BLOCK_BYTES = 1 << 20  # a download is hashed and written in blocks of this size
+
+
+def _write_block(handle: BinaryIO, digest: Any, chunks: list[bytes]) -> None:
+    """Hash and write one block (in a worker thread: hashlib releases the GIL)."""
+    block = b"".join(chunks)
+    digest.update(block)
+    handle.write(block)
 
 
 class OutputCopier:
@@ -160,29 +182,38 @@ class OutputCopier:
 
     async def _store(self, job_id: str, ref: str, records: dict[str, AssetRecord]) -> str:
         file = await self._read(ref)
-        if len(file.data) > self._max:
-            raise AssetError(
-                f"an output file is {len(file.data)} bytes; the limit is {self._max} bytes"
-            )
-        if self._allowed and not any(fnmatch.fnmatch(file.content_type, p) for p in self._allowed):
-            raise AssetError(f"output content type {file.content_type!r} is not allowed")
-        sha256 = hashlib.sha256(file.data).hexdigest()
-        key = f"{job_id}/{sha256[:16]}/{_name(file)}"
-        if key not in records:
-            await self._storage.put(key, file.data)
-            records[key] = AssetRecord(
-                key=key,
-                sha256=sha256,
-                size_bytes=len(file.data),
-                content_type=file.content_type,
-                source=file.source,
-            )
+        try:
+            if file.size > self._max:
+                raise AssetError(
+                    f"an output file is {file.size} bytes; the limit is {self._max} bytes"
+                )
+            self._check_type(file.content_type)
+            key = f"{job_id}/{file.sha256[:16]}/{_name(file)}"
+            if key not in records:
+                if file.path is not None:
+                    await self._storage.put_file(key, file.path)
+                else:
+                    await self._storage.put(key, file.data or b"")
+                records[key] = AssetRecord(
+                    key=key,
+                    sha256=file.sha256,
+                    size_bytes=file.size,
+                    content_type=file.content_type,
+                    source=file.source,
+                )
+        finally:
+            if file.path is not None:
+                await asyncio.to_thread(file.path.unlink, missing_ok=True)
         return f"{self._public_url}/assets/{key}"
+
+    def _check_type(self, content_type: str) -> None:
+        if self._allowed and not any(fnmatch.fnmatch(content_type, p) for p in self._allowed):
+            raise AssetError(f"output content type {content_type!r} is not allowed")
 
     async def _read(self, ref: str) -> _File:
         if ref.startswith("data:"):
             content_type, data = parse_data_uri(ref)
-            return _File(data, content_type, None, "data")
+            return _File.of_bytes(data, content_type, "data")
         try:
             async with asyncio.timeout(self._download_timeout_s):
                 return await self._download(ref)
@@ -192,24 +223,49 @@ class OutputCopier:
             ) from exc
 
     async def _download(self, ref: str) -> _File:
+        """Stream ``ref`` into a temporary file of the storage, hashing as it goes: memory
+        stays flat (one block) whatever the size; the file is refused as soon as its
+        type or its size is known to be wrong."""
         try:
             async with self._http.stream("GET", ref, follow_redirects=False) as response:
                 if response.status_code != 200:
                     raise AssetError(
                         f"could not download an output file: HTTP {response.status_code}"
                     )
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self._max:
-                        raise AssetError(f"an output file exceeds the limit of {self._max} bytes")
-                    chunks.append(chunk)
                 raw_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                valid = MEDIA_TYPE_RE.match(raw_type)
+                content_type = raw_type if valid else "application/octet-stream"
+                self._check_type(content_type)
+                path = self._storage.temp_path()
+                try:
+                    digest, size = await self._spool(response, path)
+                except BaseException:
+                    await asyncio.to_thread(path.unlink, missing_ok=True)
+                    raise
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
             raise AssetError(f"could not download an output file: {type(exc).__name__}") from exc
-        content_type = raw_type if MEDIA_TYPE_RE.match(raw_type) else "application/octet-stream"
         name = posixpath.basename(urlsplit(ref).path) or None
-        return _File(b"".join(chunks), content_type, name, "url")
+        return _File(content_type, name, "url", digest, size, path=path)
+
+    async def _spool(self, response: httpx.Response, path: Path) -> tuple[str, int]:
+        digest = hashlib.sha256()
+        handle = await asyncio.to_thread(path.open, "wb")
+        try:
+            chunks: list[bytes] = []
+            size = pending = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self._max:
+                    raise AssetError(f"an output file exceeds the limit of {self._max} bytes")
+                chunks.append(chunk)
+                pending += len(chunk)
+                if pending >= SPOOL_BLOCK_BYTES:
+                    await asyncio.to_thread(_write_block, handle, digest, chunks)
+                    chunks, pending = [], 0
+            await asyncio.to_thread(_write_block, handle, digest, chunks)
+        finally:
+            await asyncio.to_thread(handle.close)
+        return digest.hexdigest(), size
 
 
 def _is_file(value: str, hosts: set[str]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Protocol
@@ -16,7 +17,9 @@ from urllib.parse import urlsplit
 
 from contracts.errors import ConfigurationError
 
-__all__ = ["LocalStorage", "Storage", "open_storage"]
+__all__ = ["INCOMING", "LocalStorage", "Storage", "open_storage"]
+
+INCOMING = ".incoming"  # the directory of files being downloaded, under the root
 
 
 class Storage(Protocol):
@@ -24,6 +27,16 @@ class Storage(Protocol):
 
     async def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` (overwriting identical content is harmless)."""
+        ...
+
+    def temp_path(self) -> Path:
+        """A new, unguessable local path to spool an incoming file to (then
+        :meth:`put_file`); on the storage's own file system where it has one."""
+        ...
+
+    async def put_file(self, key: str, path: Path) -> None:
+        """Store the file at ``path`` (from :meth:`temp_path`) under ``key``; the file is
+        moved or copied, and the caller removes whatever is left at ``path``."""
         ...
 
     def path(self, key: str) -> Path | None:
@@ -58,7 +71,23 @@ class LocalStorage:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def temp_path(self) -> Path:
+        incoming = self.root / INCOMING
+        incoming.mkdir(parents=True, exist_ok=True)
+        return incoming / secrets.token_hex(16)
+
+    async def put_file(self, key: str, path: Path) -> None:
+        target = self._resolve(key)
+        await asyncio.to_thread(self._move, path, target)
+
+    @staticmethod
+    def _move(path: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)  # same file system: atomic, no copy
+
     def path(self, key: str) -> Path | None:
+        if key.startswith(INCOMING):
+            return None  # files still arriving are nobody's asset
         try:
             target = self._resolve(key)
         except ValueError:
