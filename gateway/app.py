@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -44,6 +45,7 @@ from gateway.storage import open_storage
 from gateway.store import db, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
+from gateway.store.due import Due
 from gateway.store.events import ProviderEvents
 from gateway.store.jobs import JobStore
 from gateway.store.outbox import Planner
@@ -108,6 +110,7 @@ def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> N
     gw = settings.gateway
     web.run_app(
         create_app(settings),
+        loop=_event_loop(),
         host=gw.host,
         port=gw.port,
         ssl_context=ssl_context,
@@ -115,6 +118,16 @@ def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> N
         access_log=None,
         shutdown_timeout=10.0,
     )
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where it is installed (Linux, macOS), else asyncio's own: the
+    gateway's request path is mostly event-loop work (docs/benchmarks.md)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover (no wheel for this platform)
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 async def _database(app: web.Application) -> AsyncIterator[None]:
@@ -176,7 +189,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     )
     reader = JobReader(store)
     async with downloads as http, contextlib.AsyncExitStack() as stack:
-        stack.callback(reader.close)
+        stack.callback(store.fast_reads.close)
         app[_HTTP] = http
         copier = OutputCopier(
             storage=app[keys.STORAGE],
@@ -231,7 +244,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         "interval_s": gw.loop_interval_s,
     }
     base = gw.webhook_base_url
-    return [
+    loops: list[Loop] = [
         Dispatcher(
             **common,
             callback_base_url=base,
@@ -251,6 +264,29 @@ def build_loops(app: web.Application) -> list[Loop]:
         _delivery(app),
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
     ]
+    _schedule(app, loops)
+    return loops
+
+
+def _schedule(app: web.Application, loops: list[Loop]) -> None:
+    """Let each loop sleep until its next work falls due (:mod:`gateway.store.due`)."""
+    gw = app[keys.SETTINGS].gateway
+    due = Due(app[_ENGINE])
+    next_due = {
+        "dispatcher": due.dispatch,
+        "poller": due.fetch,
+        "events": due.events,
+        "delivery": due.delivery,
+        "reaper": functools.partial(
+            due.reap,
+            grace_s=gw.cancel_grace_s,
+            resend_s=gw.cancel_resend_s,
+            lifetime_s=gw.max_job_lifetime_s,
+        ),
+    }
+    for loop in loops:
+        loop.max_idle_s = max(gw.loop_max_idle_s, gw.loop_interval_s)
+        loop.next_due = next_due.get(loop.name)
 
 
 def _delivery(app: web.Application) -> delivery.Delivery:

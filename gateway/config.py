@@ -75,6 +75,7 @@ class GatewaySettings(_Section):
     max_job_lifetime_s: float = Field(default=1800.0, gt=0)
     lease_s: float = Field(default=30.0, gt=0)
     loop_interval_s: float = Field(default=0.5, gt=0)
+    loop_max_idle_s: float = Field(default=10.0, gt=0)
     dispatch_backoff_base_s: float = Field(default=0.2, gt=0)
     dispatch_backoff_max_s: float = Field(default=5.0, gt=0)
     cancel_grace_s: float = Field(default=30.0, gt=0)

@@ -1,9 +1,11 @@
 """The one shape of every background loop (STYLE.md rule 10).
 
 ``run()`` repeats ``run_once()`` until ``stop()``; between rounds it sleeps until woken
-(:class:`gateway.notify.Notifier`) or ``interval_s`` passes, and goes round again at once
-when the last round did work. Errors are caught only here, logged with context, and the
-loop carries on; ``CancelledError`` is never swallowed.
+(:class:`gateway.notify.Notifier`) or until :meth:`Loop.idle_s` passes, and goes round
+again at once when the last round did work. A loop that knows when its next work falls
+due (:mod:`gateway.store.due`) sleeps until then, at most ``max_idle_s``: an idle gateway
+does not query its store every ``interval_s`` (docs/benchmarks.md). Errors are caught
+only here, logged with context, and the loop carries on; ``CancelledError`` is never swallowed.
 """
 
 from __future__ import annotations
@@ -11,10 +13,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 
+from gateway.clock import utcnow
 from gateway.notify import Notifier
 
-__all__ = ["Loop"]
+__all__ = ["MAX_IDLE_S", "Loop", "sleep_until"]
+
+MAX_IDLE_S = 10.0
+
+
+def sleep_until(due: datetime | None, now: datetime, *, interval_s: float, max_idle_s: float
+                ) -> float:
+    """Seconds an idle loop sleeps: until ``due``, at most ``max_idle_s``.
+
+    ``due`` None (nothing scheduled) means ``max_idle_s``; ``due`` already past means work
+    is waiting that this round could not take (a provider at its limit, a lease held
+    elsewhere), so the loop looks again after ``interval_s``.
+    """
+    if due is None:
+        return max_idle_s
+    left = (due - now).total_seconds()
+    if left <= 0:
+        return interval_s
+    return min(left, max_idle_s)
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +46,10 @@ class Loop(ABC):
     """A background loop named ``name`` that the notifier can wake."""
 
     name: str = "loop"
+    max_idle_s: float = MAX_IDLE_S
+    #: When this loop's next work falls due (:mod:`gateway.store.due`), given "now";
+    #: None: the loop has no such query and sleeps ``interval_s`` between rounds.
+    next_due: Callable[[datetime], Awaitable[datetime | None]] | None = None
 
     def __init__(self, *, notifier: Notifier, interval_s: float) -> None:
         self._notifier = notifier
@@ -32,6 +59,14 @@ class Loop(ABC):
     @abstractmethod
     async def run_once(self) -> int:
         """Do one round of work; return how many items were handled."""
+
+    async def idle_s(self) -> float:
+        """Seconds to sleep after a round that found nothing to do (unless woken)."""
+        if self.next_due is None:
+            return self._interval_s
+        now = utcnow()
+        due = await self.next_due(now)
+        return sleep_until(due, now, interval_s=self._interval_s, max_idle_s=self.max_idle_s)
 
     async def run(self) -> None:
         """Run rounds until :meth:`stop` is called."""
@@ -44,7 +79,16 @@ class Loop(ABC):
                 log.exception("loop_round_failed", extra={"loop": self.name})
                 handled = 0
             if handled == 0 and not self._stopping.is_set():
-                await self._notifier.sleep(self.name, self._interval_s)
+                await self._notifier.sleep(self.name, await self._idle_or_interval())
+
+    async def _idle_or_interval(self) -> float:
+        try:
+            return await self.idle_s()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 (the loop boundary: the store may be down)
+            log.warning("loop_idle_check_failed", extra={"loop": self.name})
+            return self._interval_s
 
     def stop(self) -> None:
         """Ask the loop to finish its current round and return."""

@@ -26,6 +26,7 @@ class Notifier:
 
     def job_changed(self, job_id: str, job: Job | None = None) -> None:
         """Wake everyone waiting on ``job_id``, handing them ``job`` when it is known."""
+        self.wake("delivery")  # a change may have written outbound webhook events
         for waiter in self._jobs.get(job_id, ()):
             if not waiter.done():
                 waiter.set_result(job)
@@ -41,6 +42,7 @@ class Notifier:
         """
         waiter: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
         self._jobs[job_id].add(waiter)
+        self.wake("watcher")  # it watches other processes' changes only while someone waits
         try:
             return True, await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:

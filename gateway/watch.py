@@ -25,6 +25,11 @@ class Watcher(Loop):
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._store = store
 
+    async def idle_s(self) -> float:
+        """Every ``interval_s`` while somebody waits; otherwise until a wait begins
+        (:meth:`gateway.notify.Notifier.wait_job` wakes this loop)."""
+        return self._interval_s if self._notifier.waited_jobs() else self.max_idle_s
+
     async def run_once(self) -> int:
         """Wake the waiters of finished jobs; return 0 (the loop then sleeps its interval)."""
         for job_id in await self._store.terminal_among(self._notifier.waited_jobs()):

@@ -8,21 +8,28 @@ claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store.jobs`).
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from contracts.errors import ConfigurationError
 
-__all__ = ["Engine", "StoreError", "create_engine", "is_sqlite", "migrate", "unreachable"]
+__all__ = [
+    "Engine",
+    "StoreError",
+    "create_engine",
+    "head_revision",
+    "is_sqlite",
+    "migrate",
+    "unreachable",
+]
 
 Engine = AsyncEngine
 """The process's engine: created by the composition root, handed only to store classes."""
@@ -117,12 +124,48 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
 
 async def migrate(engine: AsyncEngine) -> None:
-    """Apply every alembic migration up to head (idempotent; run at start)."""
+    """Apply every alembic migration up to head (idempotent; run at start).
+
+    A store already at head is left alone without importing alembic at all (about a fifth
+    of the gateway's start-up time): its ``alembic_version`` is compared with the head
+    revision named by the migration files themselves.
+    """
+    if await _version(engine) == head_revision():
+        return
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade)
 
 
+_REVISION_RE = re.compile(r'^(down_revision|revision)\s*=\s*"?([^"\n]*)"?\s*$', re.MULTILINE)
+
+
+def head_revision() -> str | None:
+    """The one revision of ``migrations/versions`` that no other revision follows."""
+    revisions, parents = set(), set()
+    for path in (_MIGRATIONS / "versions").glob("*.py"):
+        fields = dict((name, value) for name, value in _REVISION_RE.findall(path.read_text()))
+        if "revision" in fields:
+            revisions.add(fields["revision"])
+            parents.add(fields.get("down_revision"))
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def _version(engine: AsyncEngine) -> str | None:
+    """The store's ``alembic_version``, or None (no such table yet)."""
+    try:
+        async with engine.connect() as connection:
+            rows = (await connection.exec_driver_sql("SELECT version_num FROM alembic_version"))
+            versions = [row[0] for row in rows]
+    except DBAPIError:
+        return None
+    return versions[0] if len(versions) == 1 else None
+
+
 def _upgrade(connection: Connection) -> None:
+    from alembic import command  # only when there is something to migrate
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection

@@ -25,6 +25,7 @@ from contracts.job import Job, JobState, can_transition
 from gateway.clock import Clock, utcnow
 from gateway.store import outbox
 from gateway.store.claims import Claims
+from gateway.store.reader import GET_JOB, SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import TERMINAL as _TERMINAL
 from gateway.store.records import (
@@ -70,6 +71,7 @@ class JobStore(Claims):
         clock: Clock = utcnow,
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
         self._planner = planner
 
     @property
@@ -146,14 +148,22 @@ class JobStore(Claims):
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
-        if row is None:
+        fast = self.fast_reads.job(job_id)
+        if fast is not None:
+            found = fast[0]
+        else:
+            async with self._engine.connect() as conn:
+                row = (await conn.execute(GET_JOB, {"job_id": job_id})).first()
+            found = None if row is None else _job(row)
+        if found is None:
             raise NotFound(f"prediction {job_id!r} does not exist")
-        return _job(row)
+        return found
 
     async def callback_token(self, job_id: str) -> tuple[str, str] | None:
         """``(provider, callback_token)`` of a job, or None if unknown."""
+        fast = self.fast_reads.callback_token(job_id)
+        if fast is not None:
+            return fast[0]
         async with self._engine.connect() as conn:
             row = (
                 await conn.execute(

@@ -1,17 +1,16 @@
 """Reads of the jobs table that take no lock and build no statement per request.
 
-The API's GET and list are the gateway's hottest paths (docs/benchmarks.md). On SQLite
-they do not go through the async engine (whose one pooled connection also carries every
-write, ``BEGIN IMMEDIATE`` included): a second connection of the standard library's
-``sqlite3`` module, made read-only with ``PRAGMA query_only``, answers them directly on
+The API's GET and list are the gateway's hottest paths, and a job's callback token is
+read for every provider webhook and every submit (docs/benchmarks.md). On SQLite these
+reads do not go through the async engine, whose one pooled connection also carries every
+write (``BEGIN IMMEDIATE`` included) and costs several hand-offs to its thread per
+statement: :class:`SqliteReads`, a second connection of the standard library's
+``sqlite3`` module made read-only with ``PRAGMA query_only``, answers them directly on
 the event loop thread. In WAL mode a reader never waits for the writer and sees the last
-commit of every process sharing the file; a primary-key read costs microseconds, less
-than a hand-off to a thread. Its statements are fixed strings, prepared once by
-``sqlite3``'s statement cache. If the file cannot be read that way (a ``:memory:``
-database, a busy checkpoint), the engine serves the read instead.
-
-On PostgreSQL reads go through the engine with statements built once at import
-(SQLAlchemy then reuses their compiled form).
+commit of every process sharing the file; a primary-key read costs microseconds. Its
+statements are fixed strings, prepared once by ``sqlite3``'s statement cache. When the
+file cannot be read that way (``:memory:``, a busy checkpoint) the engine serves the
+read instead; on PostgreSQL the engine always does, with statements built once here.
 """
 
 from __future__ import annotations
@@ -25,18 +24,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts.errors import NotFound
 from contracts.job import Job
-from gateway.store.jobs import JobStore
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["JobReader"]
+__all__ = ["GET_JOB", "JobReader", "SqliteReads"]
 
 _COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 _NAMES = [c.name for c in _COLUMNS]
 _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
-_GET = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
+_CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
+GET_JOB = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
 READ_TIMEOUT_S = 0.25  # a read waits this long for a checkpoint before the engine takes it
 
 
@@ -55,65 +53,91 @@ _CONVERT = [(i, f) for i, c in enumerate(_COLUMNS) if (f := _sqlite_converter(c)
 
 
 def _sqlite_time(at: datetime) -> str:
-    """``at`` as SQLAlchemy's SQLite DATETIME stores it (UTC, microseconds), for comparisons."""
+    """``at`` as SQLAlchemy's SQLite DATETIME stores it (UTC, microseconds)."""
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def _from_sqlite(row: Sequence[Any]) -> Job:
+    values = list(row)
+    for index, convert in _CONVERT:
+        values[index] = convert(values[index])
+    return Job.model_validate(dict(zip(_NAMES, values, strict=True)))
+
+
+class SqliteReads:
+    """Synchronous reads through a read-only ``sqlite3`` connection (module docstring).
+
+    Every method returns None when it cannot answer (not a SQLite file, or the file is
+    busy): the caller then asks the engine. No I/O until the first read.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        url = engine.url
+        is_file = engine.dialect.name == "sqlite" and url.database not in (None, "", ":memory:")
+        self._path: str | None = url.database if is_file else None
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._path is not None
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        if self._path is None:
+            return None
+        try:
+            if self._conn is None:
+                conn = sqlite3.connect(
+                    self._path, timeout=READ_TIMEOUT_S, isolation_level=None,
+                    check_same_thread=False, cached_statements=64,
+                )
+                conn.execute("PRAGMA query_only = 1")
+                self._conn = conn
+            # fetchall steps each statement to its end: no read transaction stays open
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError:
+            return None
+
+    def job(self, job_id: str) -> tuple[Job | None] | None:
+        """``(job or None,)``, or None when this reader cannot answer."""
+        rows = self._rows(_GET_SQL, (job_id,))
+        if rows is None:
+            return None
+        return (_from_sqlite(rows[0]) if rows else None,)
+
+    def callback_token(self, job_id: str) -> tuple[tuple[str, str] | None] | None:
+        """``((provider, token) or None,)``, or None when this reader cannot answer."""
+        rows = self._rows(_CALLBACK_SQL, (job_id,))
+        if rows is None:
+            return None
+        return ((rows[0][0], rows[0][1]) if rows else None,)
+
+    def page(self, sql: str, params: Sequence[Any]) -> list[Job] | None:
+        rows = self._rows(sql, params)
+        return None if rows is None else [_from_sqlite(row) for row in rows]
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 class JobReader:
-    """Lock-free reads of jobs (see the module docstring).
+    """GET and list reads for the API (see the module docstring).
 
     Parameters
     ----------
     store : JobStore
-        The job store: its engine's URL names the SQLite file, and it serves what the
-        SQLite reader cannot.
+        The job store: it owns the process's :class:`SqliteReads` and serves what that
+        cannot.
     """
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: Any) -> None:
         self._store = store
-        self._engine: AsyncEngine = store.engine
-        self._sqlite: sqlite3.Connection | None = None
-        url = self._engine.url
-        sqlite_file = self._engine.dialect.name == "sqlite" and url.database not in (
-            None, "", ":memory:"
-        )
-        self._path: str | None = url.database if sqlite_file else None
-
-    def _connection(self) -> sqlite3.Connection | None:
-        if self._sqlite is None and self._path is not None:
-            conn = sqlite3.connect(
-                self._path, timeout=READ_TIMEOUT_S, isolation_level=None,
-                check_same_thread=False, cached_statements=64,
-            )
-            conn.execute("PRAGMA query_only = 1")
-            self._sqlite = conn
-        return self._sqlite
-
-    def close(self) -> None:
-        """Close the SQLite reader, if one was opened."""
-        if self._sqlite is not None:
-            self._sqlite.close()
-            self._sqlite = None
+        self._fast: SqliteReads = store.fast_reads
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
-        conn = self._connection()
-        rows: Sequence[Any] | None = None
-        if conn is not None:
-            try:
-                # fetchall steps the statement to its end, so no read transaction stays open
-                rows = conn.execute(_GET_SQL, (job_id,)).fetchall()
-            except sqlite3.OperationalError:
-                rows = None
-            else:
-                found = _from_sqlite(rows[0]) if rows else None
-        if rows is None:
-            async with self._engine.connect() as aconn:
-                row = (await aconn.execute(_GET, {"job_id": job_id})).first()
-            found = None if row is None else Job.model_validate(dict(row._mapping))
-        if found is None:
-            raise NotFound(f"prediction {job_id!r} does not exist")
-        return found
+        return await self._store.get(job_id)
 
     async def page(
         self,
@@ -124,45 +148,42 @@ class JobReader:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest first (see :meth:`gateway.store.jobs.JobStore.page`)."""
-        conn = self._connection()
-        if conn is None:
-            return await self._store.page(
-                limit=limit, before=before, after=after,
-                created_after=created_after, created_before=created_before,
-            )
-        where: list[str] = []
-        params: list[Any] = []
-        if after is not None:
-            where.append("(created_at > ? OR (created_at = ? AND id > ?))")
-            params += [_sqlite_time(after[0]), _sqlite_time(after[0]), after[1]]
-        if before is not None:
-            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-            params += [_sqlite_time(before[0]), _sqlite_time(before[0]), before[1]]
-        if created_after is not None:
-            where.append("created_at > ?")
-            params.append(_sqlite_time(created_after))
-        if created_before is not None:
-            where.append("created_at < ?")
-            params.append(_sqlite_time(created_before))
-        order = "created_at, id" if after is not None else "created_at DESC, id DESC"
-        sql = f"SELECT {_LIST} FROM jobs"  # noqa: S608 (fixed fragments, bound values)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order} LIMIT ?"
-        try:
-            rows = conn.execute(sql, (*params, limit)).fetchall()
-        except sqlite3.OperationalError:
-            return await self._store.page(
-                limit=limit, before=before, after=after,
-                created_after=created_after, created_before=created_before,
-            )
-        found = [_from_sqlite(row) for row in rows]
-        return found[::-1] if after is not None else found
+        """Up to ``limit`` jobs, newest first (as :meth:`JobStore.page`)."""
+        if self._fast.available:
+            sql, params = _page_sql(limit, before, after, created_after, created_before)
+            found = self._fast.page(sql, params)
+            if found is not None:
+                return found[::-1] if after is not None else found
+        return await self._store.page(
+            limit=limit, before=before, after=after,
+            created_after=created_after, created_before=created_before,
+        )
 
 
-def _from_sqlite(row: Sequence[Any]) -> Job:
-    values = list(row)
-    for index, convert in _CONVERT:
-        values[index] = convert(values[index])
-    return Job.model_validate(dict(zip(_NAMES, values, strict=True)))
+def _page_sql(
+    limit: int,
+    before: tuple[datetime, str] | None,
+    after: tuple[datetime, str] | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+) -> tuple[str, list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        where.append("(created_at > ? OR (created_at = ? AND id > ?))")
+        params += [_sqlite_time(after[0]), _sqlite_time(after[0]), after[1]]
+    if before is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        params += [_sqlite_time(before[0]), _sqlite_time(before[0]), before[1]]
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(_sqlite_time(created_after))
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(_sqlite_time(created_before))
+    order = "created_at, id" if after is not None else "created_at DESC, id DESC"
+    sql = f"SELECT {_LIST} FROM jobs"  # noqa: S608 (fixed fragments, bound values)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return f"{sql} ORDER BY {order} LIMIT ?", [*params, limit]
+

@@ -198,7 +198,8 @@ class Delivery(Loop):
         return len(rows) + settled
 
     async def _idle(self, in_flight: set[asyncio.Task[None]]) -> None:
-        sleeper = asyncio.create_task(self._notifier.sleep(self.name, self._interval_s))
+        wait_s = self._interval_s if in_flight else await self._idle_or_interval()
+        sleeper = asyncio.create_task(self._notifier.sleep(self.name, wait_s))
         try:
             await asyncio.wait({sleeper, *in_flight}, return_when=asyncio.FIRST_COMPLETED)
         finally:
