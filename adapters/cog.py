@@ -240,6 +240,26 @@ class CogAdapter:
         cog_wire.raise_for_status(self.name, "cancel", response)
         return True
 
+    async def model_schema(self) -> dict[str, Any]:
+        """The model's OpenAPI document, ``GET /openapi.json`` (a built image serves its
+        ``Input`` and ``Output`` schemas there; docs/validation.md).
+
+        Raises
+        ------
+        UpstreamRejected, UpstreamRetryable
+            A non-200 answer, a body that is not a JSON object, or a transport failure.
+        """
+        with self._errors("openapi", "-"):
+            response = await self._client.get("/openapi.json")
+        _raise_for_status(self.name, "openapi", response)
+        try:
+            document = response.json()
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            raise UpstreamRejected(f"{self.name}: /openapi.json is not a JSON object")
+        return document
+
     def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Check ``Authorization: Bearer <webhook_auth_token>`` in constant time (§1.9).
 

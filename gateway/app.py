@@ -24,11 +24,23 @@ import aiohttp
 import httpx
 from aiohttp import web
 
+from contracts.errors import ConfigurationError, CutoverError
 from gateway.clock import utcnow
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
+from gateway.files import FileService
 from gateway.finalizer import Finalizer
-from gateway.http import api, assets, keys, ops, provider_webhooks
+from gateway.http import (
+    access,
+    api,
+    assets,
+    files,
+    keys,
+    openapi,
+    ops,
+    provider_webhooks,
+    streams,
+)
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import auth_middleware, problem_middleware
 from gateway.intake import EventProcessor, Intake
@@ -39,17 +51,22 @@ from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter
+from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
+from gateway.retention import Retention
 from gateway.routing import Router
-from gateway.storage import open_storage
+from gateway.storage import Storage, open_storage
 from gateway.store import db, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
 from gateway.store.events import ProviderEvents
+from gateway.store.files import FileStore
 from gateway.store.jobs import JobStore
 from gateway.store.outbox import Planner
 from gateway.store.reader import JobReader
+from gateway.store.retention import RetentionStore
+from gateway.validation import Schemas
 from gateway.watch import Watcher
 from gateway.webhooks import delivery, retry, signing, ssrf
 from gateway.webhooks.deadletter import DeadLetters
@@ -76,20 +93,28 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     before the app starts, e.g. with a stub resolver.
     """
     gw = settings.gateway
-    app = web.Application(
-        client_max_size=gw.max_body_bytes,
-        middlewares=[
-            problem_middleware,
-            auth_middleware(t.get_secret_value() for t in gw.api_tokens),
-        ],
-    )
+    metrics = Metrics()
+    middlewares = [
+        access.access_middleware,
+        problem_middleware,
+        auth_middleware(_api_tokens(settings)),
+    ]
+    if settings.limits.enabled:
+        limits = settings.limits
+        per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
+        limiter = Limiter(per_minute, burst_s=limits.burst_s)
+        middlewares.append(access.limit_middleware(limiter, metrics))
+    app = web.Application(client_max_size=gw.max_body_bytes, middlewares=middlewares)
+    app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
     app[keys.STARTED_AT] = utcnow()
     app[keys.NOTIFIER] = Notifier()
-    app[keys.METRICS] = Metrics()
+    app[keys.METRICS] = metrics
     app[keys.ROUTER] = Router(settings.routes)
-    app[keys.STORAGE] = open_storage(gw.storage_url)
+    app[keys.STORAGE] = _open_storage(settings)
+    app[keys.SCHEMAS] = Schemas(_schema_fetcher(app))
     app[WEBHOOK_POLICY] = ssrf.WebhookTargetPolicy(settings.webhooks.allow_hosts)
+    app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_providers)
     app.cleanup_ctx.append(_services)
@@ -99,6 +124,9 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app.add_routes(assets.routes)
     app.add_routes(provider_webhooks.routes)
     app.add_routes(api.routes)
+    app.add_routes(streams.routes)
+    app.add_routes(files.routes)
+    app.add_routes(openapi.routes)
     app.add_subapp(
         "/admin", create_admin_app(t.get_secret_value() for t in settings.admin.tokens)
     )
@@ -128,6 +156,54 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover (no wheel for this platform)
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def _api_tokens(settings: Settings) -> dict[str, str]:
+    """Name -> token: ``named_api_tokens`` as named, ``api_tokens`` as ``token-N``."""
+    gw = settings.gateway
+    tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
+    tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
+    return tokens
+
+
+def _open_storage(settings: Settings) -> Storage:
+    conf = settings.storage
+    return open_storage(
+        settings.gateway.storage_url,
+        endpoint_url=conf.endpoint_url,
+        region=conf.region,
+        access_key_id=conf.access_key_id.get_secret_value() if conf.access_key_id else None,
+        secret_access_key=(
+            conf.secret_access_key.get_secret_value() if conf.secret_access_key else None
+        ),
+        part_size_bytes=conf.part_size_bytes,
+    )
+
+
+def _schema_fetcher(app: web.Application) -> Any:
+    """``openapi_schema = "provider"``: the provider's own document, once (validation)."""
+
+    async def fetch(provider_name: str) -> dict[str, Any]:
+        adapter = app[keys.PROVIDERS][provider_name].adapter
+        reader = getattr(adapter, "model_schema", None)
+        if reader is None:
+            raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
+        try:
+            document: dict[str, Any] = await reader()
+        except CutoverError as exc:
+            raise ConfigurationError(
+                f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"
+            ) from exc
+        return document
+
+    return fetch
+
+
+async def _storage(app: web.Application) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await app[keys.STORAGE].aclose()
 
 
 async def _database(app: web.Application) -> AsyncIterator[None]:
@@ -177,7 +253,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     owner = f"{socket.gethostname()}:{os.getpid()}:{id(app):x}"
     store = JobStore(
         app[_ENGINE],
-        planner=Planner(base_url=gw.public_url, throttle_s=settings.webhooks.throttle_s),
+        planner=Planner(
+            base_url=gw.public_url,
+            throttle_s=settings.webhooks.throttle_s,
+            stream_secret=app[keys.SIGNING_SECRET],
+        ),
         owner=owner,
         lease_s=gw.lease_s,
     )
@@ -213,6 +293,18 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
             reader=reader,
+            schemas=app[keys.SCHEMAS],
+            stream_secret=app[keys.SIGNING_SECRET],
+        )
+        app[files.FILES] = FileService(
+            store=FileStore(app[_ENGINE]),
+            storage=app[keys.STORAGE],
+            public_url=gw.public_url,
+            provider_base_url=gw.webhook_base_url,
+            secret=app[keys.SIGNING_SECRET],
+            ttl_s=settings.files.ttl_s,
+            max_bytes=settings.files.max_bytes,
+            download_ttl_s=settings.files.download_ttl_s,
         )
         app[keys.INTAKE] = Intake(
             store=store,
@@ -248,6 +340,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         Dispatcher(
             **common,
             callback_base_url=base,
+            resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS],
             backoff=retry.Backoff(
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
@@ -263,6 +356,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         ),
         _delivery(app),
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
+        _retention(app),
     ]
     _schedule(app, loops)
     return loops
@@ -287,6 +381,21 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
     for loop in loops:
         loop.max_idle_s = max(gw.loop_max_idle_s, gw.loop_interval_s)
         loop.next_due = next_due.get(loop.name)
+
+
+def _retention(app: web.Application) -> Retention:
+    conf = app[keys.SETTINGS].retention
+    return Retention(
+        store=RetentionStore(app[_ENGINE]),
+        files=app[files.FILES],
+        storage=app[keys.STORAGE],
+        notifier=app[keys.NOTIFIER],
+        outbox_age_s=conf.outbox_age_s,
+        events_age_s=conf.provider_events_age_s,
+        data_retention_s=conf.data_retention_s,
+        batch=conf.batch,
+        interval_s=conf.interval_s,
+    )
 
 
 def _delivery(app: web.Application) -> delivery.Delivery:

@@ -71,7 +71,7 @@ def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=os.environ.get("CUTOVER_CONFIG"),
         help="TOML configuration file (default: $CUTOVER_CONFIG)",
     )
-    command.add_argument("--log-level", default="INFO")
+    command.add_argument("--log-level", default=None, help="overrides [logging] level (INFO)")
     return command
 
 
@@ -88,9 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.since is None
     ):
         parser.error("webhooks replay takes an ID or --since (not both)")
-    logs.configure(args.log_level)
+    logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)
+        logs.configure(
+            args.log_level or settings.logging.level or "INFO", settings.logging.format
+        )
         if args.command == "webhooks":
             return asyncio.run(_webhooks(settings, args))
         if args.command == "check":

@@ -36,13 +36,25 @@ from pydantic_settings import (
 
 from contracts.errors import ConfigurationError
 from contracts.replicate import VERSION_ID_RE
+from gateway.sections import (
+    FilesSettings,
+    LimitSettings,
+    LoggingSettings,
+    RetentionSettings,
+    StorageSettings,
+)
 
 __all__ = [
     "AdminSettings",
+    "FilesSettings",
     "GatewaySettings",
+    "LimitSettings",
+    "LoggingSettings",
     "ProviderSettings",
+    "RetentionSettings",
     "RouteSettings",
     "Settings",
+    "StorageSettings",
     "WebhookSettings",
     "load_settings",
 ]
@@ -65,6 +77,7 @@ class GatewaySettings(_Section):
     database_url: str = "sqlite+aiosqlite:///./cutover.db"
     storage_url: str = "file://./cutover-assets"
     api_tokens: list[SecretStr] = Field(default_factory=list)
+    named_api_tokens: dict[str, SecretStr] = Field(default_factory=dict)
     account_username: str = "cutover"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     max_output_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
@@ -80,6 +93,8 @@ class GatewaySettings(_Section):
     dispatch_backoff_max_s: float = Field(default=5.0, gt=0)
     cancel_grace_s: float = Field(default=30.0, gt=0)
     cancel_resend_s: float = Field(default=2.0, gt=0)
+    stream_poll_s: float = Field(default=1.0, gt=0)
+    stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -202,7 +217,9 @@ class RouteSettings(_Section):
     """``[[routes]]``: which provider serves a model (optionally one version of it).
 
     ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
-    share of new predictions to the candidate instead.
+    share of new predictions to the candidate instead. ``openapi_schema`` is the model's
+    schema (docs/validation.md): inline, a path to a JSON file, or ``"provider"`` to read
+    it once from the provider (a built Cog image's ``/openapi.json``).
     """
 
     model: str
@@ -211,7 +228,7 @@ class RouteSettings(_Section):
     provider: str
     candidate: str | None = None
     canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
-    openapi_schema: dict[str, Any] | None = None
+    openapi_schema: dict[str, Any] | str | None = None
 
     @field_validator("model", "deployment")
     @classmethod
@@ -250,6 +267,11 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     admin: AdminSettings = Field(default_factory=AdminSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    files: FilesSettings = Field(default_factory=FilesSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
     providers: dict[str, ProviderSettings] = Field(default_factory=dict)
     routes: list[RouteSettings] = Field(default_factory=list)
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import Job, JobState
@@ -59,9 +61,12 @@ class Dispatcher(Loop):
         clock: Clock = utcnow,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
+        resolve_input: Callable[[Any], Any] | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
+        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
+        self._resolve_input = resolve_input or (lambda value: value)
         self._store = store
         self._providers = providers
         self._finalizer = finalizer
@@ -84,7 +89,7 @@ class Dispatcher(Loop):
         assert token_row is not None
         request = SubmitRequest(
             job_id=job.id,
-            input=job.input,
+            input=self._resolve_input(job.input),
             webhook_url=callback_url(self._callback_base_url, job, token_row[1]),
             model=job.model,
             version=job.version,

@@ -11,7 +11,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-__all__ = ["configure"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure"]
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -32,12 +32,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
-def configure(level: str = "INFO") -> None:
-    """Send JSON lines to stderr at ``level``; quiet the access log below warnings."""
+class TextFormatter(JsonFormatter):
+    """``<ts> <level> <logger> <event> key=value ...``: the same fields, for people."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data = json.loads(super().format(record))
+        head = [data.pop(k) for k in ("ts", "level", "logger", "event")]
+        exception = data.pop("exception", None)
+        tail = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in data.items())
+        line = " ".join(str(part) for part in [*head, tail] if part != "")
+        return f"{line}\n{exception}" if exception else line
+
+
+def configure(level: str = "INFO", format: str = "json") -> None:
+    """Send ``json`` (or ``text``) lines to stderr at ``level`` (docs/logging.md); the
+    gateway's own ``request`` lines replace aiohttp's access log."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if format == "text" else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Their DEBUG lines carry SQL parameters (tokens, payloads): never below WARNING.
+    for name in ("aiosqlite", "asyncpg", "sqlalchemy"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -49,6 +49,12 @@ class Metrics:
             ["event", "outcome"],
             registry=self.registry,
         )
+        self.rate_limited = Counter(
+            "cutover_rate_limited",
+            "Requests refused with 429 by the per-token limits, by token name and kind.",
+            ["token", "kind"],
+            registry=self.registry,
+        )
         self.prediction_seconds = Histogram(
             "cutover_prediction_duration_seconds",
             "From creation to terminal state, by provider.",

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
-from gateway import ids
+from gateway import ids, validation
 from gateway.bodies import FinishedBodies
 from gateway.clock import Clock, utcnow
 from gateway.http import wire
@@ -146,6 +146,8 @@ class PredictionService:
         public_url: str,
         reader: JobReader | None = None,
         bodies: FinishedBodies | None = None,
+        schemas: validation.Schemas | None = None,
+        stream_secret: str = "",
         clock: Clock = utcnow,
     ) -> None:
         self._store = store
@@ -156,6 +158,8 @@ class PredictionService:
         self._notifier = notifier
         self._policy = webhook_policy
         self._public_url = public_url
+        self._schemas = schemas
+        self._stream_secret = stream_secret
         self._clock = clock
 
     async def create(
@@ -170,6 +174,8 @@ class PredictionService:
         ------
         NotFound
             No route serves the model, version or deployment.
+        InputInvalid
+            ``input`` does not match the route's model schema (422 naming each field).
         ContractViolation
             The webhook target is refused (SSRF guard) or a header is malformed.
         Conflict
@@ -186,6 +192,8 @@ class PredictionService:
                 return existing, False
         job_id = ids.new_prediction_id()
         routed = self._router.resolve(request, job_id)
+        if self._schemas is not None:  # a bad input is refused before any row or call
+            await self._schemas.check(routed.route, request.input)
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
             await self._policy.check_url(webhook)
@@ -299,15 +307,16 @@ class PredictionService:
 
     def prediction(self, job: Job, *, status: str | None = None) -> dict[str, Any]:
         """The wire form of ``job``."""
-        return wire.body(job, self._public_url, status=status)
+        return wire.body(job, self._public_url, status=status, stream_secret=self._stream_secret)
 
     def render(self, job: Job) -> bytes:
         """The JSON bytes of ``job`` as GET shows it; a finished job's are made once."""
+        secret = self._stream_secret
         if not job.state.terminal:
-            return wire.prediction_json(job, self._public_url)
+            return wire.prediction_json(job, self._public_url, stream_secret=secret)
         kept = self._bodies.get(job.id)
         if kept is None:
-            kept = wire.prediction_json(job, self._public_url)
+            kept = wire.prediction_json(job, self._public_url, stream_secret=secret)
             self._bodies.put(job.id, kept)
         return kept
 

@@ -23,7 +23,12 @@ from tests.support.databases import (
     run_sync,
     sync_database,
 )
-from tests.support.fixtures import cog_server, https_cog, tls  # noqa: F401 (shared fixtures)
+from tests.support.fixtures import (  # noqa: F401 (shared fixtures)
+    cog_server,
+    https_cog,
+    s3_server,
+    tls,
+)
 from tests.support.gateway import GatewayHarness, settings_dict
 
 

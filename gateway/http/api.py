@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from contracts.errors import CapabilityMissing, ContractViolation, NotFound
+from contracts.errors import ContractViolation, NotFound
 from contracts.replicate import (
     Account,
     CreatePrediction,
@@ -27,6 +27,7 @@ from contracts.replicate import (
     check_model_name,
     parse_version_ref,
 )
+from gateway.config import RouteSettings
 from gateway.http import keys, wire
 from gateway.http.middleware import json_response, parse_body
 from gateway.predictions import (
@@ -232,7 +233,7 @@ async def get_model(request: web.Request) -> web.Response:
         owner=owner,
         name=name,
         description=f"{model}, served through cutover",
-        latest_version=_version(request, latest.version, latest.openapi_schema).model_dump()
+        latest_version=(await _version(request, latest.version, latest)).model_dump()
         if latest and latest.version
         else None,
     )
@@ -246,9 +247,7 @@ async def list_versions(request: web.Request) -> web.Response:
     found = request.app[keys.ROUTER].model_routes(model)
     if not found:
         raise NotFound(f"model {model!r} is not routed by this gateway")
-    results = [
-        _version(request, r.version, r.openapi_schema).model_dump() for r in found if r.version
-    ]
+    results = [(await _version(request, r.version, r)).model_dump() for r in found if r.version]
     return json_response({"next": None, "previous": None, "results": results})
 
 
@@ -259,11 +258,13 @@ async def get_version(request: web.Request) -> web.Response:
     version_id = request.match_info["version"]
     for route in request.app[keys.ROUTER].model_routes(model):
         if route.version == version_id or route.version is None:
-            return json_response(_version(request, version_id, route.openapi_schema).model_dump())
+            return json_response((await _version(request, version_id, route)).model_dump())
     raise NotFound(f"version {version_id!r} of {model!r} is not routed by this gateway")
 
 
-def _version(request: web.Request, version_id: str, schema: dict[str, Any] | None) -> Version:
+async def _version(request: web.Request, version_id: str, route: RouteSettings) -> Version:
+    """The version object; its schema is the one inputs are validated against."""
+    schema = await request.app[keys.SCHEMAS].document(route)
     return Version(
         id=version_id,
         created_at=wire.timestamp(request.app[keys.STARTED_AT]) or "",
@@ -309,11 +310,3 @@ async def get_account(request: web.Request) -> web.Response:
 async def get_webhook_secret(request: web.Request) -> web.Response:
     """``GET /v1/webhooks/default/secret`` (§2.10): the key this gateway signs with."""
     return json_response(WebhookSecret(key=request.app[keys.SIGNING_SECRET]).model_dump())
-
-
-@_route("POST", "/files")
-async def create_file(request: web.Request) -> web.Response:
-    """``POST /v1/files`` is not offered yet: 501, so the JS client falls back (§2.9)."""
-    raise CapabilityMissing(
-        "file uploads are not supported by this gateway; pass files as data: URIs or URLs"
-    )

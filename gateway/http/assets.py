@@ -1,12 +1,14 @@
-"""Owned output files, served from the gateway's storage (docs/replicate-api.md §8.4)."""
+"""Owned files, served from the gateway's storage (specs/replicate-api.md §8.4;
+docs/storage.md): output assets here, and the byte-serving shared with the Files API."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from gateway.http import keys
+from gateway.storage import LocalStorage
 
-__all__ = ["routes"]
+__all__ = ["routes", "serve_stored"]
 
 routes = web.RouteTableDef()
 
@@ -19,14 +21,50 @@ async def asset(request: web.Request) -> web.StreamResponse:
     merely sits under the storage root (put there by anyone else) is 404, like a miss.
     """
     key = request.match_info["key"]
-    path = request.app[keys.STORAGE].path(key)
-    if path is None:
+    if not key.isprintable():  # NUL and control characters name no stored key
         raise web.HTTPNotFound()
     content_type = await request.app[keys.STORE].asset_content_type(key)
     if content_type is None:  # not recorded as an output: whatever it is, it is not served
         raise web.HTTPNotFound()
-    response = web.FileResponse(path, headers=_ASSET_HEADERS)
-    response.content_type = content_type
+    return await serve_stored(request, key, content_type=content_type)
+
+
+async def serve_stored(
+    request: web.Request, key: str, filename: str | None = None, content_type: str | None = None
+) -> web.StreamResponse:
+    """The bytes of ``key``: a redirect to a presigned URL (``[storage] delivery =
+    "presigned"`` on a backend that has them), a local file, or a stream from storage.
+    ``content_type`` (the recorded one) wins over what the storage knows.
+
+    Raises
+    ------
+    web.HTTPNotFound
+        ``key`` is not stored.
+    """
+    storage = request.app[keys.STORAGE]
+    conf = request.app[keys.SETTINGS].storage
+    found = await storage.stat(key)
+    if found is None:
+        raise web.HTTPNotFound()
+    if conf.delivery == "presigned":
+        url = await storage.presign(key, conf.presigned_url_ttl_s)
+        if url is not None:
+            raise web.HTTPFound(url, headers={"Cache-Control": "no-store"})
+    headers = dict(_ASSET_HEADERS)
+    if filename:
+        headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    path = storage.path(key) if isinstance(storage, LocalStorage) else None
+    if path is not None:
+        response: web.StreamResponse = web.FileResponse(path, headers=headers)
+        response.content_type = content_type or found.content_type
+        return response
+    response = web.StreamResponse(headers=headers)
+    response.content_type = content_type or found.content_type
+    response.content_length = found.size_bytes
+    await response.prepare(request)
+    async for chunk in storage.read(key):
+        await response.write(chunk)
+    await response.write_eof()
     return response
 
 

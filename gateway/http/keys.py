@@ -15,6 +15,7 @@ from gateway.providers import Provider
 from gateway.routing import Router
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
+from gateway.validation import Schemas
 from gateway.webhooks.deadletter import DeadLetters
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -29,3 +30,4 @@ SIGNING_SECRET = web.AppKey("signing_secret", str)
 STARTED_AT = web.AppKey("started_at", datetime)
 METRICS = web.AppKey("metrics", Metrics)
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
+SCHEMAS = web.AppKey("schemas", Schemas)

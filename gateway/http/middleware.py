@@ -8,11 +8,12 @@ client. Another checks the API token (``Authorization: Bearer <token>`` or the l
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -25,18 +26,31 @@ from gateway.store import db
 
 __all__ = [
     "PUBLIC_PREFIXES",
+    "TOKEN_NAME",
     "auth_middleware",
     "json_response",
     "parse_body",
     "problem_middleware",
     "problem_response",
+    "token_scope",
 ]
 
 log = logging.getLogger(__name__)
+TOKEN_NAME = web.RequestKey("token_name", str)  # the caller's API token name
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 
-PUBLIC_PREFIXES = ("/health", "/ready", "/metrics", "/assets/", "/provider-webhooks/", "/admin/")
+PUBLIC_PREFIXES = (
+    "/health",
+    "/ready",
+    "/metrics",
+    "/assets/",
+    "/streams/",
+    "/file-downloads/",
+    "/provider-webhooks/",
+    "/admin/",
+    "/openapi.json",
+)
 
 STORE_RETRY_AFTER_S = 2
 """``Retry-After`` (seconds) of the 503 answered while the database cannot be reached."""
@@ -47,6 +61,14 @@ _HTTP_TITLES = {
     413: "Payload too large",
     415: "Unsupported media type",
 }
+
+
+def token_scope(request: web.Request) -> str:
+    """Who is calling, without the token: 16 hex digits of its SHA-256 (idempotency keys
+    and uploaded files belong to it)."""
+    _, _, token = request.headers.get("Authorization", "").partition(" ")
+    presented = token.strip().encode(errors="surrogateescape")
+    return hashlib.sha256(presented).hexdigest()[:16]
 
 
 def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
@@ -108,9 +130,21 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     return exc.text or exc.reason
 
 
-def auth_middleware(tokens: Iterable[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Require one of ``tokens`` on every route outside :data:`PUBLIC_PREFIXES`."""
-    accepted = [t.encode() for t in tokens]
+def auth_middleware(
+    tokens: Iterable[str] | Mapping[str, str],
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Require one of ``tokens`` on every route outside :data:`PUBLIC_PREFIXES`.
+
+    ``tokens`` maps a name to each token (a plain iterable names them ``token-1``,
+    ``token-2``...); the caller's token name, never the token, is left in
+    ``request[TOKEN_NAME]`` for logs and rate limits.
+    """
+    named = (
+        dict(tokens)
+        if isinstance(tokens, Mapping)
+        else {f"token-{i}": t for i, t in enumerate(tokens, start=1)}
+    )
+    accepted = [(name, t.encode()) for name, t in named.items()]
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -120,8 +154,13 @@ def auth_middleware(tokens: Iterable[str]) -> Callable[..., Awaitable[web.Stream
         presented = token.strip().encode(errors="surrogateescape")
         if scheme.lower() not in {"bearer", "token"} or not presented:
             raise Unauthenticated("You did not pass an authentication token")
-        if not any(hmac.compare_digest(presented, t) for t in accepted):
+        found = None
+        for name, expected in accepted:  # every comparison runs: constant time overall
+            if hmac.compare_digest(presented, expected) and found is None:
+                found = name
+        if found is None:
             raise Unauthenticated("You did not pass a valid authentication token")
+        request[TOKEN_NAME] = found
         return await handler(request)
 
     return check

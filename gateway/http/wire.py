@@ -16,6 +16,7 @@ import orjson
 
 from contracts.job import Job, replicate_status
 from contracts.replicate import Prediction
+from gateway import stream
 
 __all__ = ["body", "dumps", "prediction", "prediction_json", "prediction_url", "timestamp"]
 
@@ -41,7 +42,9 @@ def prediction_url(base_url: str, job_id: str) -> str:
     return f"{base_url}/v1/predictions/{job_id}"
 
 
-def prediction(job: Job, base_url: str, *, status: str | None = None) -> Prediction:
+def prediction(
+    job: Job, base_url: str, *, status: str | None = None, stream_secret: str | None = None
+) -> Prediction:
     """The prediction object for ``job``.
 
     Parameters
@@ -53,8 +56,16 @@ def prediction(job: Job, base_url: str, *, status: str | None = None) -> Predict
     status : str, optional
         Override the reported status; used for ``Prefer: wait`` answers that must say
         ``starting`` while unfinished (§3.2).
+    stream_secret : str, optional
+        The key of the capability token in ``urls.stream``. Every prediction has a stream
+        (as on Replicate's streaming-capable models: the JS client's ``stream()`` does not
+        send ``stream: true``, specs §3.1, §7.3); None leaves ``urls.stream`` out.
     """
     get_url = prediction_url(base_url, job.id)
+    urls = {"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url}
+    if stream_secret is not None:
+        token = stream.stream_token(stream_secret, job.id)
+        urls["stream"] = f"{base_url}/streams/{job.id}?t={token}"
     return Prediction(
         id=job.id,
         model=job.model,
@@ -67,7 +78,7 @@ def prediction(job: Job, base_url: str, *, status: str | None = None) -> Predict
         created_at=timestamp(job.created_at) or "",
         started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at),
-        urls={"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url},
+        urls=urls,
         metrics=_metrics(job),
         data_removed=job.data_removed,
         deadline=timestamp(job.deadline),
@@ -77,13 +88,19 @@ def prediction(job: Job, base_url: str, *, status: str | None = None) -> Predict
     )
 
 
-def body(job: Job, base_url: str, *, status: str | None = None) -> dict[str, Any]:
+def body(
+    job: Job, base_url: str, *, status: str | None = None, stream_secret: str | None = None
+) -> dict[str, Any]:
     """The JSON object of ``job`` as apps see it: ``prediction(...).wire()``, built directly.
 
     Optional keys without a value (``deadline``, ``deployment``, ``webhook``,
     ``webhook_events_filter``) are left out, as :meth:`Prediction.wire` does.
     """
     get_url = prediction_url(base_url, job.id)
+    urls = {"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url}
+    if stream_secret is not None:
+        token = stream.stream_token(stream_secret, job.id)
+        urls["stream"] = f"{base_url}/streams/{job.id}?t={token}"
     removed = job.data_removed
     data: dict[str, Any] = {
         "id": job.id,
@@ -97,7 +114,7 @@ def body(job: Job, base_url: str, *, status: str | None = None) -> dict[str, Any
         "created_at": timestamp(job.created_at) or "",
         "started_at": timestamp(job.started_at),
         "completed_at": timestamp(job.completed_at),
-        "urls": {"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url},
+        "urls": urls,
         "metrics": _metrics(job),
         "data_removed": removed,
         "source": "api",
@@ -112,9 +129,11 @@ def body(job: Job, base_url: str, *, status: str | None = None) -> dict[str, Any
     return data
 
 
-def prediction_json(job: Job, base_url: str, *, status: str | None = None) -> bytes:
+def prediction_json(
+    job: Job, base_url: str, *, status: str | None = None, stream_secret: str | None = None
+) -> bytes:
     """:func:`body` as compact UTF-8 JSON bytes (orjson: the hot path of GET and list)."""
-    return dumps(body(job, base_url, status=status))
+    return dumps(body(job, base_url, status=status, stream_secret=stream_secret))
 
 
 def _metrics(job: Job) -> dict[str, Any]:

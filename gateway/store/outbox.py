@@ -20,6 +20,7 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import datetime, timedelta
 
@@ -32,6 +33,8 @@ from gateway.store.schema import outbox
 from gateway.webhooks import signing
 
 __all__ = ["DEFAULT_EVENTS", "PENDING", "Planner", "new_msg_id"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EVENTS = ("output", "completed")
 PENDING = "pending"
@@ -67,6 +70,33 @@ def events_for(old: Job | None, new: Job) -> list[str]:
     return events
 
 
+def log_transition(old: Job | None, new: Job) -> None:
+    """One ``job_transition`` line (docs/logging.md): ids, route, provider, states and the
+    stage timings known so far, in seconds from creation."""
+    stages = {
+        "submitted_s": new.submitted_at,
+        "first_event_s": new.started_at,
+        "finalized_s": new.completed_at,
+    }
+    timings = {
+        name: round((at - new.created_at).total_seconds(), 6)
+        for name, at in stages.items()
+        if at is not None
+    }
+    log.info(
+        "job_transition",
+        extra={
+            "prediction_id": new.id,
+            "route": new.route,
+            "provider": new.provider,
+            "provider_job_id": new.provider_job_id,
+            "old_state": old.state.value if old is not None else None,
+            "new_state": new.state.value,
+            **timings,
+        },
+    )
+
+
 class Planner:
     """Writes the outbox rows of a transition.
 
@@ -76,21 +106,30 @@ class Planner:
         The gateway's public URL, for the payload's ``urls``.
     throttle_s : float
         Minimum seconds between two ``output`` (or two ``logs``) events of one job.
+    stream_secret : str
+        The key of ``urls.stream`` tokens (payloads equal what GET returns).
     """
 
-    def __init__(self, *, base_url: str, throttle_s: float = 0.5) -> None:
+    def __init__(self, *, base_url: str, throttle_s: float = 0.5, stream_secret: str = "") -> None:
         self._base_url = base_url
+        self._stream_secret = stream_secret
         self._throttle = timedelta(seconds=throttle_s)
 
     async def write(self, conn: AsyncConnection, old: Job | None, new: Job, now: datetime) -> int:
-        """Insert (or coalesce) the events for ``old -> new``; return how many are new."""
+        """Insert (or coalesce) the events for ``old -> new``; return how many are new.
+
+        Every state change passes here, so it is also where ``job_transition`` is logged.
+        """
+        if old is None or old.state is not new.state:
+            log_transition(old, new)
         if new.webhook is None:
             return 0
         wanted = set(new.webhook_events_filter or DEFAULT_EVENTS)
         events = [e for e in events_for(old, new) if e in wanted]
         if not events:
             return 0
-        payload = signing.compact_json(wire.prediction(new, self._base_url).wire()).decode()
+        body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
+        payload = signing.compact_json(body.wire()).decode()
         if "completed" in events:
             await conn.execute(
                 outbox.update()

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Dialect
 __all__ = [
     "assets",
     "endpoints",
+    "files",
     "jobs",
     "metadata",
     "outbox",
@@ -93,6 +94,7 @@ jobs = sa.Table(
     sa.Column("data_removed", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
+    sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),
 )
 
 provider_events = sa.Table(
@@ -132,6 +134,7 @@ outbox = sa.Table(
     sa.Column("leased_until", UTCDateTime),
     sa.Index("ix_outbox_status_next_attempt_at", "status", "next_attempt_at"),
     sa.Index("ix_outbox_job_id_id", "job_id", "id"),
+    sa.Index("ix_outbox_delivered_at", "delivered_at"),
 )
 
 assets = sa.Table(
@@ -145,6 +148,24 @@ assets = sa.Table(
     sa.Column("source", sa.String(16), nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Index("ix_assets_job_id", "job_id"),
+)
+
+files = sa.Table(
+    "files",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("content_type", sa.String(255), nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("md5", sa.String(32), nullable=False),
+    sa.Column("storage_key", sa.String(512), nullable=False),
+    sa.Column("file_metadata", sa.JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Index("ix_files_owner_created_at_id", "owner", "created_at", "id"),
+    sa.Index("ix_files_expires_at", "expires_at"),
 )
 
 endpoints = sa.Table(

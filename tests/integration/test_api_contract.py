@@ -604,13 +604,13 @@ async def test_the_webhook_secret_is_a_standard_webhooks_key(gateway: GatewayHar
     assert prefix == "whsec" and key and "_" not in key
 
 
-async def test_file_upload_is_a_501_problem(gateway: GatewayHarness):
+async def test_file_upload_answers_a_file_object(gateway: GatewayHarness):
     form = aiohttp.FormData()
     form.add_field("content", b"x", filename="file", content_type="application/octet-stream")
     response = await gateway.client.post("/v1/files", data=form, headers=gateway.headers)
-    assert response.status == 501  # a 5xx lets the JS client fall back to data URIs (§2.9)
-    assert response.content_type == "application/problem+json"
-    assert (await response.json())["status"] == 501
+    assert response.status == 201  # the Files API (§2.9; tests/integration/test_files.py)
+    body = await response.json()
+    assert body["name"] == "file" and body["etag"] and body["urls"]["get"]
 
 
 async def test_health_and_ready_answer_without_a_token(gateway: GatewayHarness):

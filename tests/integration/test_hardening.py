@@ -120,7 +120,7 @@ async def test_a_download_that_drips_fails_at_its_deadline(make_gateway, files: 
 async def test_a_crash_while_storing_fails_the_job_and_frees_the_provider(
     gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
 ):
-    async def broken_put(key: str, data: bytes) -> None:
+    async def broken_put(key: str, data: bytes, content_type: str = "") -> None:
         raise OSError(36, "File name too long")
 
     monkeypatch.setattr(gateway.app[keys.STORAGE], "put", broken_put)

@@ -30,6 +30,7 @@ __all__ = [
     "cog_server",
     "cog_server_with_schema",
     "https_cog",
+    "s3_server",
     "tls",
 ]
 
@@ -98,4 +99,13 @@ def https_cog(tls) -> Iterator[CogServer]:  # type: ignore[no-untyped-def]
     """A Cog server that trusts the test CA, so it can post webhooks to an HTTPS gateway."""
     env = {"WEBHOOK_AUTH_TOKEN": COG_WEBHOOK_TOKEN, "SSL_CERT_FILE": str(tls.ca_file)}
     with CogServer(ECHO_MODEL_DIR, env=env) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """One moto S3 server (its own process, 127.0.0.1, a kernel-picked port) per session."""
+    from tests.support.s3_server import S3Server
+
+    with S3Server() as server:
         yield server

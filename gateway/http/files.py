@@ -1,0 +1,164 @@
+"""The Files API (specs/replicate-api.md §2.9; docs/files.md).
+
+``POST /v1/files`` takes the multipart form both official clients send: ``content`` (the
+file, with its name and type) and an optional ``metadata`` (a JSON string or JSON part),
+in either order. The file streams into owned storage. ``GET /v1/files`` (newest first,
+100 a page), ``GET|DELETE /v1/files/{id}`` and ``GET /v1/files/{id}/download`` act on
+the calling token's own files. ``GET /file-downloads/{id}?expiry&signature`` serves a
+signed download URL without a token (what providers are given).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import BodyPartReader, web
+
+from contracts.errors import ContractViolation
+from gateway.files import FileService, safe_name
+from gateway.http import keys
+from gateway.http.assets import serve_stored
+from gateway.http.middleware import json_response, token_scope
+from gateway.outputs import MEDIA_TYPE_RE
+from gateway.store.files import FileRecord
+
+__all__ = ["FILES", "routes"]
+
+routes = web.RouteTableDef()
+FILES = web.AppKey("files", FileService)
+PAGE_SIZE = 100
+_MAX_METADATA_BYTES = 64 * 1024
+
+
+def _both(method: str, path: str):  # type: ignore[no-untyped-def]
+    """Served under ``/v1`` and without it, like every Replicate route (§1)."""
+
+    def register(handler):  # type: ignore[no-untyped-def]
+        for prefix in ("/v1", ""):
+            routes.route(method, prefix + path)(handler)
+        return handler
+
+    return register
+
+
+@_both("POST", "/files")
+async def create_file(request: web.Request) -> web.Response:
+    """Upload one file; 201 with the file object (413 past ``[files] max_bytes``)."""
+    service = request.app[FILES]
+    if not request.content_type.startswith("multipart/"):
+        raise ContractViolation("upload a file as multipart/form-data with a 'content' part")
+    reader = await request.multipart()
+    stored: FileRecord | None = None
+    metadata: Any = {}
+    try:
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.name == "content" and stored is None:
+                stored = await service.store_content(
+                    part.filename, _content_type(part), _chunks(part)
+                )
+            elif part.name == "metadata":
+                metadata = await _metadata(part)
+            else:
+                await part.release()
+        if stored is None:
+            raise ContractViolation("the upload has no 'content' part")
+    except BaseException:
+        if stored is not None:
+            await service.discard(stored)
+        raise
+    record = await service.add(stored, token_scope(request), metadata)
+    return json_response(service.wire(record), status=201)
+
+
+def _content_type(part: BodyPartReader) -> str:
+    raw = part.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    return raw if MEDIA_TYPE_RE.match(raw) else "application/octet-stream"
+
+
+async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    while chunk := await part.read_chunk(1 << 16):
+        yield chunk
+
+
+async def _metadata(part: BodyPartReader) -> Any:
+    raw = bytearray()
+    while chunk := await part.read_chunk(1 << 14):
+        raw += chunk
+        if len(raw) > _MAX_METADATA_BYTES:
+            raise ContractViolation(f"metadata is larger than {_MAX_METADATA_BYTES} bytes")
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ContractViolation("metadata is not valid JSON") from exc
+
+
+@_both("GET", "/files")
+async def list_files(request: web.Request) -> web.Response:
+    """The caller's files, newest first, with absolute ``next`` cursors."""
+    service = request.app[FILES]
+    before = _cursor(request.query.get("cursor"))
+    found = await service.page(token_scope(request), before, PAGE_SIZE + 1)
+    more, found = len(found) > PAGE_SIZE, found[:PAGE_SIZE]
+    next_url = None
+    if more:
+        last = found[-1]
+        raw = f"{last.created_at.isoformat()}|{last.id}".encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        base = request.app[keys.SETTINGS].gateway.public_url
+        next_url = f"{base}/v1/files?{urlencode({'cursor': cursor})}"
+    results = [service.wire(record) for record in found]
+    return json_response({"next": next_url, "previous": None, "results": results})
+
+
+def _cursor(value: str | None) -> tuple[datetime, str] | None:
+    if not value:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        at, file_id = raw.split("|")
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            raise ValueError(at)
+        return when.astimezone(UTC), file_id
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ContractViolation(f"cursor {value!r} is not one this gateway issued") from exc
+
+
+@_both("GET", "/files/{id}")
+async def get_file(request: web.Request) -> web.Response:
+    service = request.app[FILES]
+    record = await service.get(request.match_info["id"], token_scope(request))
+    return json_response(service.wire(record))
+
+
+@_both("DELETE", "/files/{id}")
+async def delete_file(request: web.Request) -> web.Response:
+    await request.app[FILES].delete(request.match_info["id"], token_scope(request))
+    return web.Response(status=204)
+
+
+@_both("GET", "/files/{id}/download")
+async def download_own_file(request: web.Request) -> web.StreamResponse:
+    record = await request.app[FILES].get(request.match_info["id"], token_scope(request))
+    return await serve_stored(request, record.storage_key, safe_name(record.name))
+
+
+@routes.get("/file-downloads/{id}")
+async def signed_download(request: web.Request) -> web.StreamResponse:
+    """A signed download URL (no token): what a provider fetches for a file input."""
+    record = await request.app[FILES].signed(
+        request.match_info["id"],
+        request.query.get("expiry", ""),
+        request.query.get("signature", ""),
+    )
+    return await serve_stored(request, record.storage_key, safe_name(record.name))

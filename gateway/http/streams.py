@@ -1,0 +1,54 @@
+"""``urls.stream``: a prediction's server-sent events (specs/replicate-api.md §7).
+
+``GET /streams/{id}?t=<token>`` needs no API token (the JS client sends none, §7.3): the
+``t`` capability, an HMAC of the id, is the authorisation; a wrong one is a 404. A
+``Last-Event-ID`` header resumes after that event. The answer is always
+``text/event-stream`` with a 200; events, ids and keepalives come from
+:mod:`gateway.stream` (docs/streaming.md).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from contracts.errors import NotFound
+from gateway import ids, stream
+from gateway.http import keys
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/streams/{id}")
+async def prediction_stream(request: web.Request) -> web.StreamResponse:
+    """The events of one prediction, replayed from the store and then followed live."""
+    job_id = request.match_info["id"]
+    token = request.query.get("t", "")
+    if not ids.PREDICTION_ID_RE.match(job_id) or not stream.verify_token(
+        request.app[keys.SIGNING_SECRET], job_id, token
+    ):
+        raise NotFound(f"stream of prediction {job_id!r} does not exist")
+    store = request.app[keys.STORE]
+    settings = request.app[keys.SETTINGS].gateway
+    job = await store.get(job_id)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    frames = stream.follow(
+        job,
+        stream.Cursor.parse(request.headers.get("Last-Event-ID")),
+        wait=request.app[keys.NOTIFIER].wait_job,
+        read=store.get,
+        poll_s=settings.stream_poll_s,
+        keepalive_s=settings.stream_keepalive_s,
+    )
+    async for frame in frames:
+        await response.write(frame)
+    await response.write_eof()
+    return response

@@ -1,0 +1,85 @@
+"""Configuration sections of the gateway's outer surface (re-exported by
+:mod:`gateway.config`): ``[storage]``, ``[files]``, ``[logging]`` and ``[limits]``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+__all__ = [
+    "FilesSettings",
+    "LimitSettings",
+    "LoggingSettings",
+    "RetentionSettings",
+    "StorageSettings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageSettings(_Section):
+    """``[storage]``: how owned files are reached (docs/storage.md).
+
+    For ``storage_url = "s3://bucket/prefix"``: ``endpoint_url``, ``region`` and the
+    credentials (unset: the standard AWS variables and profiles); ``part_size_bytes`` is
+    one multipart part, the most held in memory per upload. ``delivery`` says who serves
+    files to apps: ``"gateway"`` (its ``/assets/`` and ``/v1/files`` URLs, the default) or
+    ``"presigned"`` (a redirect to a URL signed for ``presigned_url_ttl_s`` seconds, S3
+    only).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    part_size_bytes: int = Field(default=8 * 1024 * 1024, ge=5 * 1024 * 1024)
+    delivery: Literal["gateway", "presigned"] = "gateway"
+    presigned_url_ttl_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600)
+
+
+class FilesSettings(_Section):
+    """``[files]``: the Files API (docs/files.md): how long an upload lives, its largest
+    size, and how long a signed download URL handed to a provider stays valid."""
+
+    ttl_s: float = Field(default=24 * 3600.0, gt=0)
+    max_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    download_ttl_s: float = Field(default=3600.0, gt=0)
+
+
+class LoggingSettings(_Section):
+    """``[logging]``: ``format`` of each log line (``json`` objects or ``text``) and the
+    ``level`` (docs/logging.md). ``cutover serve --log-level`` overrides the level."""
+
+    format: Literal["json", "text"] = "json"
+    level: str | None = None
+
+
+class LimitSettings(_Section):
+    """``[limits]``: a token bucket per API token (off by default: one app needs none).
+
+    Defaults follow Replicate's published limits (specs/replicate-api.md §5.1): 600
+    creates and 3,000 other requests a minute; ``burst_s`` seconds' worth of requests may
+    come at once. Over the limit: 429, ``Retry-After`` in whole seconds, problem+json.
+    """
+
+    enabled: bool = False
+    creates_per_minute: float = Field(default=600.0, gt=0)
+    other_per_minute: float = Field(default=3000.0, gt=0)
+    burst_s: float = Field(default=10.0, gt=0)
+
+
+class RetentionSettings(_Section):
+    """``[retention]`` (docs/retention.md): delivered webhooks and applied provider events
+    are pruned after their age; ``data_retention_s`` (unset: never) removes the inputs,
+    outputs, logs and owned files of finished predictions after that many seconds
+    (Replicate keeps API prediction data one hour). Each round handles at most ``batch``
+    items of each kind, every ``interval_s``."""
+
+    outbox_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    provider_events_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    data_retention_s: float | None = Field(default=None, gt=0)
+    batch: int = Field(default=500, gt=0, le=10_000)
+    interval_s: float = Field(default=60.0, gt=0)

@@ -1,0 +1,91 @@
+"""A bad input gets Replicate's 422 naming the field, before any row or provider call
+(gateway/validation.py, docs/validation.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.store.schema import jobs
+from tests.support.cog_server import CogServer
+from tests.support.fixtures import ECHO_OPENAPI_SCHEMA, cog_server_with_schema  # noqa: F401
+from tests.support.gateway import TOKEN, VERSION, GatewayHarness
+
+
+def routes(schema: Any) -> list[dict[str, Any]]:
+    return [{"model": "acme/echo", "version": VERSION, "provider": "fake",
+             "openapi_schema": schema}]
+
+
+async def job_count(gateway: GatewayHarness) -> int:
+    async with gateway.store.engine.connect() as conn:
+        return int((await conn.execute(sa.select(sa.func.count()).select_from(jobs))).scalar())
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"prompt": 1}, "input.prompt"),
+        ({"prompt": "x", "steps": 5000}, "input.steps"),
+        ({"prompt": "x", "output_kind": "video"}, "input.output_kind"),
+        ({"steps": 1}, "input.prompt"),
+        ({"prompt": "x", "colour": "red"}, "input.colour"),
+    ],
+)
+async def test_bad_input_is_422_with_no_row_and_no_call(
+    make_gateway: Any, bad: dict[str, Any], field: str
+) -> None:
+    gateway = await make_gateway(routes=routes(ECHO_OPENAPI_SCHEMA))
+    response = await gateway.client.post(
+        "/v1/predictions", json={"version": VERSION, "input": bad}, headers=gateway.headers
+    )
+    assert response.status == 422
+    assert response.content_type == "application/problem+json"
+    assert field in (await response.json())["detail"]
+    await gateway.settle()
+    assert await job_count(gateway) == 0
+    assert gateway.fake.submitted == []
+
+
+async def test_good_input_runs(make_gateway: Any) -> None:
+    gateway = await make_gateway(routes=routes(ECHO_OPENAPI_SCHEMA))
+    await gateway.create({"version": VERSION, "input": {"prompt": "ok", "steps": 2}})
+    await gateway.settle()
+    assert len(gateway.fake.submitted) == 1
+
+
+async def test_schema_from_a_file_is_what_the_versions_endpoint_returns(
+    make_gateway: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "echo.json"
+    path.write_text(json.dumps(ECHO_OPENAPI_SCHEMA))
+    gateway = await make_gateway(routes=routes(str(path)))
+    answer = await gateway.client.get(
+        f"/v1/models/acme/echo/versions/{VERSION}", headers=gateway.headers
+    )
+    assert (await answer.json())["openapi_schema"] == ECHO_OPENAPI_SCHEMA
+    response = await gateway.client.post(
+        "/v1/predictions", json={"version": VERSION, "input": {}}, headers=gateway.headers
+    )
+    assert response.status == 422
+
+
+@pytest.mark.cog
+async def test_schema_read_once_from_cog(
+    make_gateway: Any, cog_server_with_schema: CogServer  # noqa: F811
+) -> None:
+    gateway = await make_gateway(
+        providers={"cog": {"kind": "cog", "base_url": cog_server_with_schema.url}},
+        routes=[{"model": "acme/echo", "provider": "cog", "openapi_schema": "provider"}],
+    )
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    response = await gateway.client.post(
+        "/v1/models/acme/echo/predictions", json={"input": {"prompt": 3}}, headers=headers
+    )
+    assert response.status == 422
+    assert "input.prompt" in (await response.json())["detail"]
+    assert await job_count(gateway) == 0
