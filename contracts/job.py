@@ -122,3 +122,5 @@ class Job(BaseModel):
     attempts: int = 0
     data_removed: bool = False
     stream: bool = False
+    owner: str | None = None  # the name of the API token that created it
+    priority: int = 0

@@ -24,7 +24,9 @@ from typing import Any
 from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
+from gateway import fairness
 from gateway.clock import Clock, utcnow
+from gateway.fairness import Candidate
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.metrics import Metrics
@@ -65,6 +67,8 @@ class Dispatcher(Loop):
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
+        self._last_served: dict[str, float] = {}
+        self._served_tick = 0.0
         # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
         self._resolve_input = resolve_input or (lambda value: value)
         self._store = store
@@ -79,10 +83,19 @@ class Dispatcher(Loop):
         handled = 0
         for provider in self._providers.values():
             free = provider.max_concurrency - await self._store.count_in_flight(provider.name)
-            claimed = await self._store.claim_dispatch(provider.name, free)
+            claimed = await self._store.claim_dispatch(provider.name, free, self._fair_order)
             await asyncio.gather(*(self._submit(provider, job) for job in claimed))
             handled += len(claimed)
         return handled
+
+    def _fair_order(self, candidates: list[Candidate], limit: int) -> list[Candidate]:
+        """Round-robin across API tokens, least recently served first, by route priority
+        (gateway/fairness.py); remembers whom it served (per process)."""
+        chosen = fairness.fair_order(candidates, self._last_served, limit)
+        for candidate in chosen:
+            self._served_tick += 1.0
+            self._last_served[candidate.owner] = self._served_tick
+        return chosen
 
     async def _submit(self, provider: Provider, job: Job) -> None:
         token_row = await self._store.callback_token(job.id)

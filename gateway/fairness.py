@@ -3,7 +3,7 @@
 Waiting jobs are served by route priority first (higher first), then round-robin across
 the API tokens that created them: each token's oldest waiting job competes, and the token
 served least recently goes first, so one app flooding the queue cannot starve the others.
-Within a token, jobs keep their creation order. Pure: the dispatcher keeps the
+Within a token, higher priority first, then creation order. Pure: the dispatcher keeps the
 "last served" times (per process) and the store supplies candidates.
 """
 
@@ -36,7 +36,7 @@ def fair_order(
     tokens never served count as longest ago).
     """
     queues: dict[str, list[Candidate]] = defaultdict(list)
-    for candidate in sorted(candidates, key=lambda c: (c.created_at, c.id)):
+    for candidate in sorted(candidates, key=lambda c: (-c.priority, c.created_at, c.id)):
         queues[candidate.owner].append(candidate)
     served = dict(last_served)
     chosen: list[Candidate] = []

@@ -115,6 +115,7 @@ class CreateOptions:
     idempotency_scope: str = ""
     wait_s: float | None = None
     cancel_after_s: float | None = None
+    token_name: str | None = None
 
     @property
     def stored_idempotency_key(self) -> str | None:
@@ -217,6 +218,8 @@ class PredictionService:
             idempotency_key=key,
             request_hash=fingerprint if key else None,
             created_at=now,
+            owner=options.token_name,
+            priority=routed.route.priority,
         )
         try:
             job, created = await self._creates.create(new)

@@ -29,7 +29,7 @@ from contracts.replicate import (
 )
 from gateway.config import RouteSettings
 from gateway.http import keys, wire
-from gateway.http.middleware import json_response, parse_body
+from gateway.http.middleware import TOKEN_NAME, json_response, parse_body
 from gateway.predictions import (
     CreateOptions,
     PredictionService,
@@ -89,6 +89,7 @@ def _options(request: web.Request) -> CreateOptions:
         cancel_after_s=parse_cancel_after(
             request.headers.get("Cancel-After"), settings.max_job_lifetime_s
         ),
+        token_name=request.get(TOKEN_NAME),
     )
 
 

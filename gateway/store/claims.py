@@ -7,12 +7,14 @@ lease (:mod:`gateway.store.lease`), a release says when the job is due again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from contracts.job import Job, JobState
+from gateway.fairness import Candidate
 from gateway.store import lease
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
@@ -29,26 +31,68 @@ class Claims(lease.Leasing):
         """The job with ``job_id`` (:meth:`gateway.store.jobs.JobStore.get`)."""
         raise NotImplementedError
 
-    async def claim_dispatch(self, provider: str, limit: int) -> list[Job]:
-        """Lease up to ``limit`` unsubmitted, due jobs of ``provider``, oldest first."""
+    async def claim_dispatch(
+        self,
+        provider: str,
+        limit: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None = None,
+    ) -> list[Job]:
+        """Lease up to ``limit`` unsubmitted, due jobs of ``provider``.
+
+        Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
+        each API token's ``limit`` first waiting jobs (by priority, then age) are the
+        candidates (a window function, so a token with thousands waiting cannot crowd
+        the others out) and ``order`` picks which go, in which order.
+        """
         if limit <= 0:
             return []
         now = self._clock()
-        due = (
-            sa.select(jobs.c.id)
-            .where(
-                jobs.c.provider == provider,
-                jobs.c.state.in_(_UNSUBMITTED),
-                jobs.c.submitted_at.is_(None),
-                jobs.c.cancel_requested_at.is_(None),
-                sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
-                sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
-                lease.unleased(jobs, now),
+        waiting = [
+            jobs.c.provider == provider,
+            jobs.c.state.in_(_UNSUBMITTED),
+            jobs.c.submitted_at.is_(None),
+            jobs.c.cancel_requested_at.is_(None),
+            sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
+            lease.unleased(jobs, now),
+        ]
+        if order is None:
+            due = (
+                sa.select(jobs.c.id)
+                .where(*waiting)
+                .order_by(jobs.c.created_at, jobs.c.id)
+                .limit(limit)
             )
-            .order_by(jobs.c.created_at, jobs.c.id)
-            .limit(limit)
+            return await self._lease(due, now)
+        chosen = order(await self._candidates(waiting, limit), limit)
+        if not chosen:
+            return []
+        due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
+        rank = {c.id: i for i, c in enumerate(chosen)}
+        return sorted(await self._lease(due, now), key=lambda job: rank[job.id])
+
+    async def _candidates(self, waiting: list[Any], per_owner: int) -> list[Candidate]:
+        position = sa.func.row_number().over(
+            partition_by=jobs.c.owner,
+            order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
         )
-        return await self._lease(due, now)
+        ranked = (
+            sa.select(
+                jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
+                position.label("position"),
+            )
+            .where(*waiting)
+            .subquery()
+        )
+        query = (
+            sa.select(ranked)
+            .where(ranked.c.position <= per_owner)
+            .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
+            .limit(max(per_owner * 64, 512))
+        )
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(query)
+            return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
 
     async def claim_fetch(self, limit: int) -> list[Job]:
         """Lease up to ``limit`` submitted, active jobs whose next check is due."""

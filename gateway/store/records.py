@@ -48,6 +48,8 @@ class NewJob:
     idempotency_key: str | None = None
     request_hash: str | None = None
     created_at: datetime | None = None
+    owner: str | None = None  # the API token's name: fair dispatch across apps
+    priority: int = 0  # the route's: higher is dispatched first
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ jobs = sa.Table(
     sa.Column("leased_until", UTCDateTime),
     sa.Column("stream", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("data_removed", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("owner", sa.String(64)),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
     sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),

@@ -1,4 +1,5 @@
-"""files (the Files API) and the indexes retention pruning reads.
+"""files (the Files API), the indexes retention pruning reads, and jobs.owner and
+jobs.priority (fair dispatch across API tokens, route priority).
 
 Revision ID: 0003
 Revises: 0002
@@ -37,9 +38,15 @@ def upgrade() -> None:
     op.create_index(
         "ix_jobs_data_removed_completed_at", "jobs", ["data_removed", "completed_at"]
     )
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("owner", sa.String(64)))
+        batch.add_column(sa.Column("priority", sa.Integer, nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("priority")
+        batch.drop_column("owner")
     op.drop_index("ix_jobs_data_removed_completed_at", table_name="jobs")
     op.drop_index("ix_outbox_delivered_at", table_name="outbox")
     op.drop_index("ix_files_expires_at", table_name="files")
