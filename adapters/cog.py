@@ -68,6 +68,7 @@ from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
 from contracts.errors import (
     ContractViolation,
     CutoverError,
+    UpstreamRejected,
     UpstreamRetryable,
     WebhookVerificationError,
 )
@@ -251,7 +252,7 @@ class CogAdapter:
         """
         with self._errors("openapi", "-"):
             response = await self._client.get("/openapi.json")
-        _raise_for_status(self.name, "openapi", response)
+        cog_wire.raise_for_status(self.name, "openapi", response)
         try:
             document = response.json()
         except ValueError:

@@ -24,7 +24,7 @@ import aiohttp
 import httpx
 from aiohttp import web
 
-from contracts.errors import ConfigurationError, CutoverError
+from gateway import assembly
 from gateway.clock import utcnow
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
@@ -55,7 +55,6 @@ from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
 from gateway.retention import Retention
 from gateway.routing import Router
-from gateway.storage import Storage, open_storage
 from gateway.store import db, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
@@ -97,7 +96,7 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     middlewares = [
         access.access_middleware,
         problem_middleware,
-        auth_middleware(_api_tokens(settings)),
+        auth_middleware(assembly.api_tokens(settings)),
     ]
     if settings.limits.enabled:
         limits = settings.limits
@@ -111,8 +110,8 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app[keys.NOTIFIER] = Notifier()
     app[keys.METRICS] = metrics
     app[keys.ROUTER] = Router(settings.routes)
-    app[keys.STORAGE] = _open_storage(settings)
-    app[keys.SCHEMAS] = Schemas(_schema_fetcher(app))
+    app[keys.STORAGE] = assembly.storage_for(settings)
+    app[keys.SCHEMAS] = Schemas(assembly.schema_fetcher(lambda: app[keys.PROVIDERS]))
     app[WEBHOOK_POLICY] = ssrf.WebhookTargetPolicy(settings.webhooks.allow_hosts)
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_database)
@@ -156,47 +155,6 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover (no wheel for this platform)
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
-
-
-def _api_tokens(settings: Settings) -> dict[str, str]:
-    """Name -> token: ``named_api_tokens`` as named, ``api_tokens`` as ``token-N``."""
-    gw = settings.gateway
-    tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
-    tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
-    return tokens
-
-
-def _open_storage(settings: Settings) -> Storage:
-    conf = settings.storage
-    return open_storage(
-        settings.gateway.storage_url,
-        endpoint_url=conf.endpoint_url,
-        region=conf.region,
-        access_key_id=conf.access_key_id.get_secret_value() if conf.access_key_id else None,
-        secret_access_key=(
-            conf.secret_access_key.get_secret_value() if conf.secret_access_key else None
-        ),
-        part_size_bytes=conf.part_size_bytes,
-    )
-
-
-def _schema_fetcher(app: web.Application) -> Any:
-    """``openapi_schema = "provider"``: the provider's own document, once (validation)."""
-
-    async def fetch(provider_name: str) -> dict[str, Any]:
-        adapter = app[keys.PROVIDERS][provider_name].adapter
-        reader = getattr(adapter, "model_schema", None)
-        if reader is None:
-            raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
-        try:
-            document: dict[str, Any] = await reader()
-        except CutoverError as exc:
-            raise ConfigurationError(
-                f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"
-            ) from exc
-        return document
-
-    return fetch
 
 
 async def _storage(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,62 @@
+"""Pieces the app factory (:mod:`gateway.app`) assembles for the gateway's outer surface:
+API token names, owned storage from its settings, and the reader of providers' model
+schemas. No I/O here; each piece does its own when used."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from contracts.errors import ConfigurationError, CutoverError
+from gateway.config import Settings
+from gateway.providers import Provider
+from gateway.storage import Storage, open_storage
+
+__all__ = ["api_tokens", "schema_fetcher", "storage_for"]
+
+
+def api_tokens(settings: Settings) -> dict[str, str]:
+    """Name -> token: ``named_api_tokens`` as named, ``api_tokens`` as ``token-N``."""
+    gw = settings.gateway
+    tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
+    tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
+    return tokens
+
+
+def storage_for(settings: Settings) -> Storage:
+    """The owned storage of ``[gateway] storage_url`` with the ``[storage]`` options."""
+    conf = settings.storage
+    return open_storage(
+        settings.gateway.storage_url,
+        endpoint_url=conf.endpoint_url,
+        region=conf.region,
+        access_key_id=conf.access_key_id.get_secret_value() if conf.access_key_id else None,
+        secret_access_key=(
+            conf.secret_access_key.get_secret_value() if conf.secret_access_key else None
+        ),
+        part_size_bytes=conf.part_size_bytes,
+    )
+
+
+def schema_fetcher(
+    providers: Callable[[], dict[str, Provider]],
+) -> Callable[[str], Awaitable[dict[str, Any]]]:
+    """``openapi_schema = "provider"``: ask the provider's adapter for its document.
+
+    ``providers`` gives the running adapters (they exist only once the app has started).
+    """
+
+    async def fetch(provider_name: str) -> dict[str, Any]:
+        adapter = providers()[provider_name].adapter
+        reader = getattr(adapter, "model_schema", None)
+        if reader is None:
+            raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
+        try:
+            document: dict[str, Any] = await reader()
+        except CutoverError as exc:
+            raise ConfigurationError(
+                f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"
+            ) from exc
+        return document
+
+    return fetch
