@@ -253,6 +253,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             reader=reader,
             schemas=app[keys.SCHEMAS],
             stream_secret=app[keys.SIGNING_SECRET],
+            keep_finished_bodies=settings.retention.data_retention_s is None,
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),

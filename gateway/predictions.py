@@ -149,12 +149,16 @@ class PredictionService:
         bodies: FinishedBodies | None = None,
         schemas: validation.Schemas | None = None,
         stream_secret: str = "",
+        keep_finished_bodies: bool = True,
         clock: Clock = utcnow,
     ) -> None:
         self._store = store
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
+        # With data retention a finished prediction does change (data_removed): no
+        # process may keep serving its old body (docs/retention.md).
+        self._keep_bodies = keep_finished_bodies
         self._router = router
         self._notifier = notifier
         self._policy = webhook_policy
@@ -256,7 +260,7 @@ class PredictionService:
     async def get_json(self, job_id: str) -> bytes:
         """The prediction's JSON bytes: a finished one's from :mod:`gateway.bodies`,
         without reading the store; ``NotFound`` for an unknown or malformed id."""
-        kept = self._bodies.get(job_id)
+        kept = self._bodies.get(job_id) if self._keep_bodies else None
         if kept is not None:
             return kept
         return self.render(await self.get(job_id))
@@ -315,7 +319,7 @@ class PredictionService:
     def render(self, job: Job) -> bytes:
         """The JSON bytes of ``job`` as GET shows it; a finished job's are made once."""
         secret = self._stream_secret
-        if not job.state.terminal:
+        if not job.state.terminal or not self._keep_bodies:
             return wire.prediction_json(job, self._public_url, stream_secret=secret)
         kept = self._bodies.get(job.id)
         if kept is None:

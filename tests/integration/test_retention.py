@@ -49,8 +49,10 @@ async def finished_with_file(gateway: GatewayHarness) -> dict[str, Any]:
     return await gateway.wait_for(created["id"], "succeeded")
 
 
-async def test_data_retention_removes_data_and_files(gateway: GatewayHarness) -> None:
+async def test_data_retention_removes_data_and_files(make_gateway: Any) -> None:
+    gateway = await make_gateway(retention={"data_retention_s": 3600})
     done = await finished_with_file(gateway)
+    assert (await gateway.get(done["id"]))["output"] == done["output"]  # served twice
     asset = done["output"].removeprefix("https://gateway.test")
     assert (await gateway.client.get(asset)).status == 200
     later = utcnow() + timedelta(hours=2)
