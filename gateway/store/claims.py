@@ -21,7 +21,16 @@ from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["Claims"]
+__all__ = ["MAYBE_SUBMITTED", "SUBMITTING", "Claims"]
+
+SUBMITTING = "submitting"
+"""``raw_status`` of a job claimed for dispatch: its submit may be on the wire."""
+MAYBE_SUBMITTED = (SUBMITTING, "unreachable")
+"""``raw_status`` values of unsubmitted jobs the provider may nevertheless have: a claim
+whose process died during the submit, or a submit that failed in transit (timeout, 5xx).
+Such a job is never ended here as "never submitted": it goes back to the dispatcher,
+whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
+provider (docs/reliability.md, "Crash soak")."""
 
 
 class Claims(lease.Leasing):
@@ -51,8 +60,13 @@ class Claims(lease.Leasing):
             jobs.c.provider == provider,
             jobs.c.state.in_(_UNSUBMITTED),
             jobs.c.submitted_at.is_(None),
-            jobs.c.cancel_requested_at.is_(None),
-            sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+            sa.or_(
+                jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # canceled or not: see above
+                sa.and_(
+                    jobs.c.cancel_requested_at.is_(None),
+                    sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+                ),
+            ),
             sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
             lease.unleased(jobs, now),
         ]
@@ -63,13 +77,14 @@ class Claims(lease.Leasing):
                 .order_by(jobs.c.created_at, jobs.c.id)
                 .limit(limit)
             )
-            return await self._lease(due, now)
+            return await self._lease(due, now, raw_status=SUBMITTING)
         chosen = order(await self._candidates(waiting, limit), limit)
         if not chosen:
             return []
         due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
         rank = {c.id: i for i, c in enumerate(chosen)}
-        return sorted(await self._lease(due, now), key=lambda job: rank[job.id])
+        leased = await self._lease(due, now, raw_status=SUBMITTING)
+        return sorted(leased, key=lambda job: rank[job.id])
 
     async def _candidates(self, waiting: list[Any], per_owner: int) -> list[Candidate]:
         position = sa.func.row_number().over(
@@ -110,10 +125,10 @@ class Claims(lease.Leasing):
         )
         return await self._lease(due, now)
 
-    async def _lease(self, due: sa.Select[Any], now: datetime) -> list[Job]:
+    async def _lease(self, due: sa.Select[Any], now: datetime, **values: Any) -> list[Job]:
         until = now + self._lease_length
         async with self._engine.begin() as conn:
-            rows = await lease.claim(conn, jobs, due, owner=self._owner, until=until)
+            rows = await lease.claim(conn, jobs, due, owner=self._owner, until=until, **values)
         return [_job(row) for row in rows]
 
     async def postpone_check(self, job_id: str, until: datetime) -> None:
@@ -233,13 +248,15 @@ class Claims(lease.Leasing):
             )
 
     async def unsubmitted_to_cancel(self, limit: int) -> list[Job]:
-        """Unsubmitted jobs with a cancel request or a passed deadline (not leased)."""
+        """Unsubmitted jobs with a cancel request or a passed deadline (not leased), that
+        the provider cannot have (:data:`MAYBE_SUBMITTED`)."""
         now = self._clock()
         query = (
             sa.select(jobs)
             .where(
                 jobs.c.state.in_(_UNSUBMITTED),
                 jobs.c.submitted_at.is_(None),
+                sa.or_(jobs.c.raw_status.is_(None), jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
                 sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
                 lease.unleased(jobs, now),
             )

@@ -76,8 +76,10 @@ async def lease(
 
 
 async def claim(
-    conn: AsyncConnection, table: sa.Table, due: sa.Select[Any], *, owner: str, until: datetime
+    conn: AsyncConnection, table: sa.Table, due: sa.Select[Any], *, owner: str, until: datetime,
+    **values: Any,
 ) -> list[sa.Row[Any]]:
-    """Lock the ids ``due`` selects (skipping locked rows) and :func:`lease` them."""
+    """Lock the ids ``due`` selects (skipping locked rows) and :func:`lease` them (setting
+    ``values`` too)."""
     ids = list((await conn.execute(due.with_for_update(skip_locked=True))).scalars())
-    return await lease(conn, table, ids, owner=owner, until=until)
+    return await lease(conn, table, ids, owner=owner, until=until, **values)
