@@ -292,16 +292,29 @@ class Claims(lease.Leasing):
 
         ``cancel_before``: a cancel was requested, or the deadline passed, before this
         time and no terminal event followed. ``created_before``: a job without a deadline
-        of its own created before this (the gateway's maximum job lifetime).
+        of its own created before this (the gateway's maximum job lifetime). A job the
+        provider may have without the gateway knowing its id (:data:`MAYBE_SUBMITTED`)
+        is left to the dispatcher, whose submit learns the id so the cancel reaches the
+        provider; only the maximum lifetime ends it here.
         """
+        maybe = sa.and_(jobs.c.submitted_at.is_(None), jobs.c.raw_status.in_(MAYBE_SUBMITTED))
+        known = sa.or_(
+            jobs.c.submitted_at.is_not(None), jobs.c.raw_status.is_(None),
+            jobs.c.raw_status.not_in(MAYBE_SUBMITTED),
+        )
         query = (
             sa.select(jobs)
             .where(
                 jobs.c.state.in_(_ACTIVE),
                 sa.or_(
-                    jobs.c.cancel_requested_at <= cancel_before,
-                    jobs.c.deadline <= cancel_before,
-                    sa.and_(jobs.c.deadline.is_(None), jobs.c.created_at <= created_before),
+                    sa.and_(known, sa.or_(
+                        jobs.c.cancel_requested_at <= cancel_before,
+                        jobs.c.deadline <= cancel_before,
+                    )),
+                    sa.and_(
+                        sa.or_(jobs.c.deadline.is_(None), maybe),
+                        jobs.c.created_at <= created_before,
+                    ),
                 ),
             )
             .limit(limit)

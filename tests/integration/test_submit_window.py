@@ -11,6 +11,7 @@ now goes back to the dispatcher (its submit is idempotent), so the cancel reache
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -70,3 +71,20 @@ async def test_a_job_never_claimed_is_still_canceled_without_the_provider(
     assert cancel.status == 200
     await gateway.wait_for(prediction["id"], "canceled")
     assert gateway.fake.submitted == [] and gateway.fake.cancel_calls == []
+
+
+async def test_the_grace_period_does_not_end_a_job_the_provider_may_have(
+    make_gateway: Any,
+) -> None:
+    # The cancel grace runs out before the dead process's lease does: the job still goes
+    # through the dispatcher, not through a local "canceled".
+    gateway = await make_gateway(gateway={"cancel_grace_s": 0.01})
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id)
+    cancel = await gateway.client.post(
+        f"/v1/predictions/{job_id}/cancel", headers=gateway.headers
+    )
+    assert cancel.status == 200
+    await gateway.wait_for(job_id, "canceled")
+    assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
