@@ -94,6 +94,8 @@ class Reaper(Loop):
         await self._store.mark_cancel_sent(job.id)
 
     async def _expire(self, job: Job) -> None:
+        if await self._settled_by_provider(job):
+            return
         now = self._clock()
         if job.cancel_requested_at is not None:
             await self._finalizer.finish_here(job, JobState.CANCELED, None)
@@ -112,6 +114,37 @@ class Reaper(Loop):
         await self._finalizer.finish_here(
             job, JobState.FAILED, f"the prediction did not finish within {lifetime}"
         )
+
+
+    async def _settled_by_provider(self, job: Job) -> bool:
+        """Ask the provider once more before the gateway ends a job itself.
+
+        The chaos run found predictions ended ``canceled`` here whose provider had
+        already finished them ``succeeded`` (their webhooks lost, the polls failing): the
+        provider's terminal answer wins, so a job it reports finished is finalized with
+        that answer. True when that happened, or when the provider could not be asked:
+        the job is then tried again next round, until three times the grace period has
+        passed (docs/reliability.md, "What the runs found").
+        """
+        provider = self._providers.get(job.provider)
+        if (
+            provider is None
+            or job.provider_job_id is None
+            or not provider.adapter.capabilities.fetch
+        ):
+            return False
+        try:
+            snapshot = await provider.adapter.fetch(provider_ref(job))
+        except CutoverError as exc:
+            log.warning("expire_fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            since = job.cancel_requested_at or job.deadline or job.created_at
+            return self._clock() - since < 3 * self._grace
+        if snapshot.lost or not snapshot.state.terminal:
+            return False
+        if snapshot.provider_job_id != job.provider_job_id:
+            return False
+        await self._finalizer.finalize(job, snapshot)
+        return True
 
 
 def _why_unsubmitted(job: Job) -> str | None:
