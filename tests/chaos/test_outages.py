@@ -3,7 +3,7 @@
 The gateway (a ``cutover serve`` process) reaches PostgreSQL and the fake provider
 through TCP proxies on 127.0.0.1 that the test starts (tests/support/tcp_proxy.py); the
 machine's database server is never touched. While the database is away, API requests
-fail fast with 503 and ``Retry-After``; nothing in flight is lost, and work resumes by
+fail fast (within 5 s, the connect timeout) with 503 and ``Retry-After``; nothing in flight is lost, and work resumes by
 itself once each dependency is back (docs/reliability.md).
 """
 
@@ -39,7 +39,7 @@ CALM = FaultProfile(  # no injected faults: the outages are the faults here
     max_concurrency=16, in_flight=60, terminal_within_s=120.0,
 )
 OUTAGE_S = 4.0
-FAST_S = 2.0
+FAST_S = 5.0  # PG_CONNECT_TIMEOUT_S: the slowest a refused connect may take to be noticed
 
 
 async def _until(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
