@@ -3,8 +3,9 @@
 The gateway (a ``cutover serve`` process) reaches PostgreSQL and the fake provider
 through TCP proxies on 127.0.0.1 that the test starts (tests/support/tcp_proxy.py); the
 machine's database server is never touched. While the database is away, API requests
-fail fast (within 5 s, the connect timeout) with 503 and ``Retry-After``; nothing in flight is lost, and work resumes by
-itself once each dependency is back (docs/reliability.md).
+fail fast (within 5 s, the connect timeout) with 503 and ``Retry-After``; nothing in
+flight is lost, and work resumes by itself once each dependency is back
+(docs/reliability.md).
 """
 
 from __future__ import annotations
