@@ -199,7 +199,11 @@ class CogAdapter:
             # (d), or (c) with a schema
             return self._lost(job_id, "probe refused", await self._restarted_since(ref))
         cog_wire.raise_for_status(self.name, "fetch", response)
-        prediction = cog_wire.prediction(self.name, response)
+        try:
+            prediction = cog_wire.prediction(self.name, response)
+        except UpstreamRetryable as exc:  # a 2xx that is not a prediction: fail, readably
+            return ProviderSnapshot(provider_job_id=job_id, state=JobState.FAILED,
+                                    raw_status="unreadable", error=exc.detail)
         if not prediction.forgotten:
             return prediction.snapshot()
         with contextlib.suppress(CutoverError):  # a safety net: it fails on its own
@@ -261,7 +265,11 @@ class CogAdapter:
             raise UpstreamRejected(f"{self.name}: /openapi.json is not a JSON object")
         return document
 
-    def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
+    async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
+        """The port's check: :meth:`check_bearer` (Cog signs no body)."""
+        self.check_bearer(headers)
+
+    def check_bearer(self, headers: Mapping[str, str]) -> None:
         """Check ``Authorization: Bearer <webhook_auth_token>`` in constant time (§1.9).
 
         Without a configured token there is nothing to check (Cog signs nothing; the

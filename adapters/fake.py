@@ -212,7 +212,7 @@ class FakeAdapter:
         )
         return True
 
-    def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
+    async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Require ``x-fake-signature`` = HMAC-SHA256 hex of ``body`` (any header case).
 
         Raises ``WebhookVerificationError`` when it is missing or wrong.

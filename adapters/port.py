@@ -46,10 +46,11 @@ class Adapter(Protocol):
         """
         ...
 
-    def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
+    async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Check a provider webhook's authenticity from the raw bytes, before any parsing.
 
-        Raises ``WebhookVerificationError`` when it does not verify.
+        Asynchronous because a key may have to be fetched first (fal's JWKS, Replicate's
+        signing secret). Raises ``WebhookVerificationError`` when it does not verify.
         """
         ...
 

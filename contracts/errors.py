@@ -103,10 +103,20 @@ class WebhookVerificationError(CutoverError):
 
 
 class UpstreamRetryable(CutoverError):
-    """The provider failed in a way that may pass on retry (5xx, timeout, connection)."""
+    """The provider failed in a way that may pass on retry (5xx, timeout, connection).
+
+    Attributes
+    ----------
+    retry_after_s : float or None
+        The provider's own hint (``Retry-After``), in seconds, when it gave one.
+    """
 
     status = 502
     title = "Upstream unavailable"
+
+    def __init__(self, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
 
 
 class ProviderBusy(UpstreamRetryable):
@@ -120,10 +130,6 @@ class ProviderBusy(UpstreamRetryable):
 
     status = 503
     title = "Provider busy"
-
-    def __init__(self, detail: str, retry_after_s: float | None = None) -> None:
-        super().__init__(detail)
-        self.retry_after_s = retry_after_s
 
 
 class UpstreamRejected(CutoverError):

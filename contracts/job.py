@@ -104,6 +104,7 @@ class Job(BaseModel):
     route: str
     provider: str
     provider_job_id: str | None = None
+    target: str | None = None
     input: dict[str, Any]
     output: Any = None
     logs: str | None = None

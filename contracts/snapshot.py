@@ -33,6 +33,10 @@ class SubmitRequest(BaseModel):
         The routed model (``owner/name``) and version id (or ``"hidden"``).
     deadline : datetime or None
         Absolute time after which the work is worthless (Cancel-After).
+    target : str or None
+        The provider's own name for the model, from the route's ``target``: a fal app id,
+        a RunPod endpoint id, an OpenAI-compatible model name, a Replicate
+        ``owner/name[:version]`` (docs/providers.md). None: the adapter's default.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -43,6 +47,7 @@ class SubmitRequest(BaseModel):
     model: str
     version: str
     deadline: datetime | None = None
+    target: str | None = None
 
 
 class ProviderRef(BaseModel):
@@ -55,6 +60,7 @@ class ProviderRef(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
     webhook_url: str | None = None
     submitted_at: datetime | None = None
+    target: str | None = None
 
 
 class ProviderSnapshot(BaseModel):
@@ -113,6 +119,10 @@ class Capabilities(BaseModel):
     lost_grace_s : float
         How long after a fetch first reports the job ``lost`` its terminal webhook may
         still arrive (the provider's own retry window); only then is the job failed.
+    webhook_poke : bool
+        The provider's webhooks are not signed (RunPod, providers.md §3.5): once the
+        per-job URL token matches, a webhook only makes the job's next fetch due now; its
+        body is never parsed or trusted.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -123,3 +133,4 @@ class Capabilities(BaseModel):
     fetch_interval_s: float = 1.0
     fetch_max_interval_s: float = 30.0
     lost_grace_s: float = 0.0
+    webhook_poke: bool = False

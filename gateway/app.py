@@ -50,7 +50,7 @@ from gateway.notify import Notifier
 from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
-from gateway.providers import Provider, build_adapter
+from gateway.providers import Provider, build_adapter, file_hosts
 from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
 from gateway.retention import Retention
@@ -241,7 +241,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             store=store,
             copier=copier,
             notifier=app[keys.NOTIFIER],
-            file_hosts={name: p.file_hosts for name, p in settings.providers.items()},
+            file_hosts={name: file_hosts(p) for name, p in settings.providers.items()},
             metrics=app[keys.METRICS],
         )
         app[keys.PREDICTIONS] = PredictionService(

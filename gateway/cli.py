@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import app, logs
+from gateway import app, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.store import db
@@ -118,9 +118,11 @@ def _check(settings: Settings) -> int:
     print(f"database    {gw.database_url.split('@')[-1]}")
     print(f"storage     {gw.storage_url}")
     for name, provider in settings.providers.items():
-        print(f"provider    {name}: {provider.kind} {provider.base_url}")
+        where = provider.base_url or "(the provider's public API)"
+        print(f"provider    {name}: {provider.kind} {where}")
     for route in settings.routes:
-        print(f"route       {route.model}:{route.version or '*'} -> {route.provider}")
+        target = f" ({route.target})" if route.target else ""
+        print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}")
     return 1 if problems else 0
 
 
@@ -133,6 +135,7 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [[routes]] configured: every create would be 404")
     if not settings.gateway.api_tokens:
         problems.append("no [gateway] api_tokens: every API request would be 401")
+    problems.extend(providers.missing_credentials(settings, os.environ))
     return problems
 
 

@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Section(BaseModel):
@@ -194,22 +195,42 @@ class WebhookSettings(_Section):
 
 
 class ProviderSettings(_Section):
-    """``[providers.NAME]``: one upstream and how to reach it."""
+    """``[providers.NAME]``: one upstream and how to reach it (docs/providers.md).
 
-    kind: Literal["cog", "fake"]
+    ``kind`` picks the adapter. ``base_url`` defaults to the provider's public API (a
+    ``cog`` provider needs one). ``token_env`` names the environment variable holding the
+    provider's credential; the credential itself is never read from the file.
+    ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
+    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``.
+    """
+
+    kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
     base_url: str = ""
+    token_env: str | None = None
     max_concurrency: int = Field(default=1, gt=0)
     webhook_auth_token: SecretStr | None = None
     request_timeout_s: float = Field(default=30.0, gt=0)
     fetch_interval_s: float | None = Field(default=None, gt=0)
     fetch_max_interval_s: float | None = Field(default=None, gt=0)
     lost_grace_s: float | None = Field(default=None, ge=0)
+    rate_limit_per_s: float | None = Field(default=None, gt=0)
     file_hosts: list[str] = Field(default_factory=list)
+    api: Literal["chat", "completions", "images"] = "chat"
+    stream: bool = True
+    jwks_url: str | None = None
 
     @model_validator(mode="after")
     def _needs_url(self) -> ProviderSettings:
-        if self.kind != "fake" and not self.base_url:
-            raise ValueError(f"a {self.kind} provider needs base_url")
+        if self.kind == "cog" and not self.base_url:
+            raise ValueError("a cog provider needs base_url")
+        if self.base_url:
+            parts = urlsplit(self.base_url)
+            if parts.scheme not in {"http", "https"} or not parts.netloc:
+                raise ValueError(f"base_url must be an absolute http(s) URL, got {self.base_url!r}")
+        if self.token_env is not None and not _ENV_NAME_RE.match(self.token_env):
+            raise ValueError(
+                f"token_env names an environment variable (e.g. FAL_KEY), got {self.token_env!r}"
+            )
         return self
 
 
@@ -222,12 +243,17 @@ class RouteSettings(_Section):
     it once from the provider (a built Cog image's ``/openapi.json``). ``priority``
     (-100..100, default 0): when a provider is at capacity, waiting jobs of higher-priority
     routes go first (docs/limits.md).
+    ``target`` is the control provider's own name for the model (a fal app id, a RunPod
+    endpoint id, an OpenAI-compatible model name, a Replicate ``owner/name[:version]``;
+    docs/providers.md), ``candidate_target`` the candidate's.
     """
 
     model: str
     version: str | None = None
     deployment: str | None = None
     provider: str
+    target: str | None = Field(default=None, min_length=1, max_length=255)
+    candidate_target: str | None = Field(default=None, min_length=1, max_length=255)
     candidate: str | None = None
     canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
     openapi_schema: dict[str, Any] | str | None = None

@@ -98,15 +98,19 @@ class Dispatcher(Loop):
         return chosen
 
     async def _submit(self, provider: Provider, job: Job) -> None:
-        token_row = await self._store.callback_token(job.id)
-        assert token_row is not None
+        webhook_url = None
+        if provider.adapter.capabilities.webhooks:  # no URL for a provider that never calls
+            token_row = await self._store.callback_token(job.id)
+            assert token_row is not None
+            webhook_url = callback_url(self._callback_base_url, job, token_row[1])
         request = SubmitRequest(
             job_id=job.id,
             input=self._resolve_input(job.input),
-            webhook_url=callback_url(self._callback_base_url, job, token_row[1]),
+            webhook_url=webhook_url,
             model=job.model,
             version=job.version,
             deadline=job.deadline,
+            target=job.target,
         )
         try:
             snapshot = await provider.adapter.submit(request)
@@ -139,13 +143,18 @@ class Dispatcher(Loop):
     async def _accepted(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
     ) -> None:
-        interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
+        caps = provider.adapter.capabilities
+        # No polling where the provider cannot be asked: the job waits for its webhook
+        # (and the reaper's deadline).
+        next_check = None
+        if caps.fetch:
+            next_check = self._clock() + timedelta(seconds=caps.fetch_interval_s)
         if snapshot.state.terminal:
             await self._store.mark_submitted(
                 job.id,
                 snapshot.provider_job_id,
                 Progress(JobState.QUEUED, snapshot.raw_status),
-                self._clock() + interval,
+                next_check,
             )
             await self._finalizer.finalize(await self._store.get(job.id), snapshot)
             return
@@ -154,14 +163,15 @@ class Dispatcher(Loop):
             job.id,
             snapshot.provider_job_id,
             Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs),
-            self._clock() + interval,
+            next_check,
         )
         if updated is None:  # finished (canceled) while the submit was in flight
             ref = ProviderRef(
                 job_id=job.id, provider_job_id=snapshot.provider_job_id, input=job.input,
-                webhook_url=request.webhook_url,
+                webhook_url=request.webhook_url, target=job.target,
             )
-            await provider.adapter.cancel(ref)
+            if caps.cancel:
+                await provider.adapter.cancel(ref)
             return
         self._notifier.job_changed(job.id, updated)
         log.info("job_submitted", extra={"job_id": job.id, "provider": provider.name})

@@ -93,7 +93,11 @@ class Intake:
     ) -> bool:
         """:meth:`receive` after :meth:`authorize`: the adapter's check, then storage."""
         provider_name = provider.name
-        provider.adapter.verify_webhook(headers, body)
+        await provider.adapter.verify_webhook(headers, body)
+        if provider.adapter.capabilities.webhook_poke:  # unsigned: only a reason to ask now
+            await self._store.check_now(job_id)
+            self._notifier.wake("poller")
+            return True
         if not await self._events.add(job_id, provider_name, body):
             return False
         self._notifier.wake(EventProcessor.name)

@@ -15,7 +15,7 @@ import logging
 import random
 from datetime import datetime, timedelta
 
-from contracts.errors import CapabilityMissing, CutoverError
+from contracts.errors import CapabilityMissing, CutoverError, UpstreamRetryable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot
 from gateway.clock import Clock, utcnow
@@ -28,6 +28,7 @@ from gateway.store.jobs import JobStore, Progress
 __all__ = ["Poller", "provider_ref"]
 
 log = logging.getLogger(__name__)
+MAX_RETRY_AFTER_S = 300.0  # a longer Retry-After is read as this; the deadline still applies
 
 
 def provider_ref(job: Job) -> ProviderRef:
@@ -35,7 +36,7 @@ def provider_ref(job: Job) -> ProviderRef:
     assert job.provider_job_id is not None
     return ProviderRef(
         job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
-        submitted_at=job.submitted_at,
+        submitted_at=job.submitted_at, target=job.target,
     )
 
 
@@ -66,18 +67,37 @@ class Poller(Loop):
 
     async def run_once(self) -> int:
         jobs = await self._store.claim_fetch(self._batch)
-        await asyncio.gather(*(self._check(job) for job in jobs))
+        await asyncio.gather(*(self._guarded(job) for job in jobs))
         return len(jobs)
+
+    async def _guarded(self, job: Job) -> None:
+        """One job's boundary: whatever a provider answers, the loop goes on."""
+        try:
+            await self._check(job)
+        except Exception:  # a bug or an unforeseen answer: log it, check again later
+            log.exception("fetch_crashed", extra={"job_id": job.id, "provider": job.provider})
+            await self._store.release(
+                job.id, next_attempt_at=self._next(job, self._providers.get(job.provider))
+            )
 
     async def _check(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
         if provider is None:
             await self._store.release(job.id, next_attempt_at=self._next(job, None))
             return
+        if not provider.adapter.capabilities.fetch:  # cannot be polled: wait for its webhook
+            await self._store.release(job.id, next_attempt_at=None)
+            return
         try:
             snapshot = await provider.adapter.fetch(provider_ref(job))
         except CapabilityMissing:
-            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            await self._store.release(job.id, next_attempt_at=None)
+            return
+        except UpstreamRetryable as exc:  # 429, 5xx, rate limit: Retry-After honoured
+            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            await self._store.release(
+                job.id, next_attempt_at=self._next(job, provider, exc.retry_after_s)
+            )
             return
         except CutoverError as exc:
             log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
@@ -122,11 +142,16 @@ class Poller(Loop):
         await self._store.release(job.id, next_attempt_at=min(until, self._next(job, provider)))
         return False
 
-    def _next(self, job: Job, provider: Provider | None) -> datetime:
+    def _next(
+        self, job: Job, provider: Provider | None, retry_after_s: float | None = None
+    ) -> datetime:
         now = self._clock()
         if provider is None:
             return now + timedelta(seconds=60)
         caps = provider.adapter.capabilities
         age = (now - (job.submitted_at or job.created_at)).total_seconds()
         ceiling = min(caps.fetch_max_interval_s, max(caps.fetch_interval_s, age / 2))
-        return now + timedelta(seconds=caps.fetch_interval_s / 2 + self._rng.uniform(0, ceiling))
+        delay = caps.fetch_interval_s / 2 + self._rng.uniform(0, ceiling)
+        if retry_after_s is not None:  # the provider's own wait wins, within reason
+            delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
+        return now + timedelta(seconds=delay)

@@ -213,6 +213,7 @@ class PredictionService:
             deployment=routed.deployment,
             route=routed.key,
             provider=routed.provider,
+            target=routed.target,
             input=request.input,
             callback_token=ids.callback_token(),
             webhook=webhook,

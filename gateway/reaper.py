@@ -86,7 +86,11 @@ class Reaper(Loop):
 
     async def _cancel_upstream(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
-        if provider is not None and job.provider_job_id is not None:
+        if (
+            provider is not None
+            and job.provider_job_id is not None
+            and provider.adapter.capabilities.cancel
+        ):
             try:
                 await provider.adapter.cancel(provider_ref(job))
             except CutoverError as exc:

@@ -30,6 +30,7 @@ class Routed:
     version: str
     deployment: str | None
     provider: str
+    target: str | None = None
 
     @property
     def key(self) -> str:
@@ -59,12 +60,14 @@ class Router:
         version = request.version_id or route.version or "hidden"
         if request.version_id is None and request.model is not None:
             version = "hidden"
+        provider = self._provider(route, job_id)
         return Routed(
             route=route,
             model=route.model,
             version=version,
             deployment=request.deployment,
-            provider=self._provider(route, job_id),
+            provider=provider,
+            target=route.target if provider == route.provider else route.candidate_target,
         )
 
     def _find(self, request: CreatePrediction) -> RouteSettings:

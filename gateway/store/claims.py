@@ -149,6 +149,19 @@ class Claims(lease.Leasing):
                 .values(next_attempt_at=until)
             )
 
+    async def check_now(self, job_id: str) -> None:
+        """Make a submitted, active job's next poll due now (an unsigned webhook's poke)."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.state.in_(_ACTIVE),
+                    jobs.c.submitted_at.is_not(None),
+                )
+                .values(next_attempt_at=self._clock())
+            )
+
     async def mark_lost(self, job_id: str) -> datetime:
         """Record when the provider was first found not to know the job; return that time."""
         now = self._clock()

@@ -12,6 +12,7 @@ time-limited lease; on PostgreSQL the candidate rows are locked with
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -240,10 +241,17 @@ class JobStore(Claims):
                 await conn.execute(sa.select(assets.c.content_type).where(assets.c.key == key))
             ).scalar()
 
+    async def record_asset(self, job_id: str, record: AssetRecord) -> None:
+        """Record an owned file of ``job_id`` (a staged input), once per key."""
+        row = {**record.__dict__, "job_id": job_id, "created_at": self._clock()}
+        with contextlib.suppress(IntegrityError):  # staged before: same key, same bytes
+            async with self._engine.begin() as conn:
+                await conn.execute(assets.insert().values(**row))
+
     # --- dispatch outcomes ----------------------------------------------------------
 
     async def mark_submitted(
-        self, job_id: str, provider_job_id: str, progress: Progress, next_check_at: datetime
+        self, job_id: str, provider_job_id: str, progress: Progress, next_check_at: datetime | None
     ) -> Job | None:
         """Record that the provider accepted the job; apply its first snapshot."""
         now = self._clock()

@@ -41,6 +41,7 @@ class NewJob:
     provider: str
     input: dict[str, Any]
     callback_token: str
+    target: str | None = None
     webhook: str | None = None
     webhook_events_filter: list[str] | None = None
     deadline: datetime | None = None

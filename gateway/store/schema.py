@@ -67,6 +67,7 @@ jobs = sa.Table(
     sa.Column("route", sa.String(255), nullable=False),
     sa.Column("provider", sa.String(64), nullable=False),
     sa.Column("provider_job_id", sa.String(255)),
+    sa.Column("target", sa.String(255)),
     sa.Column("input", sa.JSON, nullable=False),
     sa.Column("output", sa.JSON),
     sa.Column("logs", sa.Text),

@@ -68,10 +68,10 @@ async def test_cancel_ends_an_active_job_once_and_switched_off_capabilities_rais
         await limited.cancel(REF)
 
 
-def test_signed_webhook_verifies_parses_and_forgeries_fail():
+async def test_signed_webhook_verifies_parses_and_forgeries_fail():
     adapter = fake.FakeAdapter(secret="k1")
     body = adapter.webhook_body("j1", JobState.FAILED, error="boom")
-    adapter.verify_webhook({"X-Fake-Signature": adapter.sign(body)["x-fake-signature"]}, body)
+    await adapter.verify_webhook({"X-Fake-Signature": adapter.sign(body)["x-fake-signature"]}, body)
     snapshot = adapter.parse_webhook(body)
     assert (snapshot.provider_job_id, snapshot.state, snapshot.error) == (
         "fake-j1", JobState.FAILED, "boom"
@@ -79,6 +79,6 @@ def test_signed_webhook_verifies_parses_and_forgeries_fail():
     forged = fake.FakeAdapter(secret="other").sign(body)
     for headers in ({}, forged, adapter.sign(body + b" ")):
         with pytest.raises(WebhookVerificationError):
-            adapter.verify_webhook(headers, body)
+            await adapter.verify_webhook(headers, body)
     with pytest.raises(ContractViolation):
         adapter.parse_webhook(b'{"id": "fake-j1", "status": "exploded"}')

@@ -1,0 +1,130 @@
+"""A fake OpenAI-compatible server: ``/v1/chat/completions`` (plain and streamed SSE),
+``/v1/completions`` and ``/v1/images/generations`` (``b64_json``).
+
+Each call is a job of the base class while it is held. The answer is the prompt
+upper-cased, one word per streamed chunk. With ``max_tokens`` in the request the answer
+is that many ``"tok "`` chunks, 0.1 s apart (a long call to cancel). A job the test
+``fail``\\ s answers 500; :attr:`gate` (if set) holds every answer until it opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+
+from tests.support.upstreams.base import FakeUpstream, UpJob
+
+__all__ = ["OPENAI_TOKEN", "FakeOpenAI"]
+
+OPENAI_TOKEN = "sk-test-openai"  # a test value, not a credential
+
+
+class FakeOpenAI(FakeUpstream):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**kwargs, "auto": False})  # a call runs while it is held
+        self.gate: asyncio.Event | None = None
+        self.closed_early = 0  # calls whose client went away before the answer ended
+
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/chat/completions", self._chat)
+        router.add_post("/v1/completions", self._completions)
+        router.add_post("/v1/images/generations", self._images)
+
+    async def _accept(self, request: web.Request) -> tuple[UpJob | None, Any, web.Response | None]:
+        if (answer := self.faulted("submit", request)) is not None:
+            return None, None, answer
+        if (denied := self.check_auth(request, "Bearer")) is not None:
+            return None, None, denied
+        body = await request.json()
+        prompt = _prompt(body)
+        job = self.new_job({"prompt": prompt}, None)
+        job.state = "running"
+        while self.gate is not None and not self.gate.is_set():
+            if request.transport is None or request.transport.is_closing():
+                self.closed_early += 1  # the caller hung up: that is how a call is canceled
+                job.state = "canceled"
+                return job, body, web.Response(status=499)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.gate.wait(), 0.01)
+        if job.input.get("fail") or job.state == "failed":
+            return job, body, web.json_response({"error": {"message": job.error}}, status=500)
+        return job, body, None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._text(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._text(request, chat=False)
+
+    async def _text(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        job, body, answer = await self._accept(request)
+        if answer is not None:
+            return answer
+        assert job is not None
+        words = _words(job, body)
+        if not body.get("stream"):
+            text = "".join(words)
+            choice = ({"message": {"role": "assistant", "content": text}} if chat
+                      else {"text": text})
+            job.state, job.output = "succeeded", [text]
+            return web.json_response({
+                "id": job.id, "choices": [{"index": 0, "finish_reason": "stop", **choice}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": len(words)},
+            })
+        return await self._stream(request, job, body, words, chat)
+
+    async def _stream(self, request: web.Request, job: UpJob, body: dict[str, Any],
+                      words: list[str], chat: bool) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        delay = 0.1 if "max_tokens" in body else 0.0
+        try:
+            for word in words:
+                part = {"delta": {"content": word}} if chat else {"text": word}
+                chunk = {"id": job.id, "choices": [{"index": 0, **part, "finish_reason": None}]}
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if delay:
+                    await asyncio.sleep(delay)
+            end = {"id": job.id, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.closed_early += 1
+            job.state = "canceled"
+            raise
+        job.state, job.output = "succeeded", words
+        await response.write_eof()
+        return response
+
+    async def _images(self, request: web.Request) -> web.Response:
+        job, body, answer = await self._accept(request)
+        if answer is not None:
+            return answer
+        assert job is not None
+        count = int(body.get("n", 1))
+        data = base64.b64encode(str(job.input["prompt"]).upper().encode()).decode()
+        job.state, job.output = "succeeded", data
+        return web.json_response({"created": 0, "data": [{"b64_json": data}] * count})
+
+
+def _prompt(body: Any) -> str:
+    if not isinstance(body, dict):
+        return ""
+    if isinstance(body.get("prompt"), str):
+        return str(body["prompt"])
+    messages = body.get("messages") or []
+    last = messages[-1]["content"] if messages else ""
+    if isinstance(last, list):
+        last = next((p.get("text", "") for p in last if p.get("type") == "text"), "")
+    return str(last)
+
+
+def _words(job: UpJob, body: dict[str, Any]) -> list[str]:
+    if isinstance(body.get("max_tokens"), int):
+        return ["tok "] * body["max_tokens"]
+    words = str(job.input["prompt"]).upper().split(" ")
+    return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]

@@ -1,0 +1,120 @@
+"""A fake Replicate API (specs/replicate-api.md): creates by version, model and
+deployment, GET, cancel, ``/v1/files`` uploads, the webhook secret, and Standard
+Webhooks-signed events (start, completed)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from tests.support.upstreams.base import FakeUpstream, UpJob
+
+__all__ = ["REPLICATE_TOKEN", "FakeReplicate"]
+
+REPLICATE_TOKEN = "r8_fake_upstream_token"  # a test value, not a credential
+
+_STATUS = {
+    "queued": "starting",
+    "running": "processing",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "canceled": "canceled",
+}
+
+
+class FakeReplicate(FakeUpstream):
+    def __init__(self, **kwargs: Any) -> None:
+        self.secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+        self.created_by: list[str] = []  # "version:<id>", "model:<o/n>", "deployment:<o/n>"
+        super().__init__(**kwargs)
+
+    def routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/predictions", self._by_version)
+        router.add_post("/v1/models/{owner}/{name}/predictions", self._by_model)
+        router.add_post("/v1/deployments/{owner}/{name}/predictions", self._by_deployment)
+        router.add_get("/v1/predictions/{id}", self._get)
+        router.add_post("/v1/predictions/{id}/cancel", self._cancel)
+        router.add_get("/v1/webhooks/default/secret", self._secret)
+        router.add_post("/v1/files", self._upload)
+
+    def prediction(self, job: UpJob) -> dict[str, Any]:
+        return {
+            "id": job.id, "status": _STATUS[job.state], "input": job.input,
+            "output": job.output if job.state in ("running", "succeeded") else None,
+            "error": job.error, "logs": "\n".join(job.logs),
+            "metrics": {"predict_time": 0.5} if job.terminal else {},
+            "created_at": "2026-01-01T00:00:00Z",
+            "urls": {"get": f"{self.url}/v1/predictions/{job.id}",
+                     "cancel": f"{self.url}/v1/predictions/{job.id}/cancel"},
+        }
+
+    def webhook_for(self, job: UpJob, event: str) -> tuple[dict[str, str], bytes] | None:
+        return self.sign(json.dumps(self.prediction(job)).encode())
+
+    def sign(self, body: bytes, when: datetime | None = None) -> tuple[dict[str, str], bytes]:
+        msg_id, now = f"msg_{uuid.uuid4().hex}", when or datetime.now(UTC)
+        signature = Webhook(self.secret).sign(msg_id, now, body.decode())
+        headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
+                   "webhook-signature": signature}
+        return headers, body
+
+    async def _create(self, request: web.Request, how: str) -> web.Response:
+        if (answer := self.faulted("submit", request)) is not None:
+            return answer
+        if (denied := self.check_auth(request, "Bearer")) is not None:
+            return denied
+        data = await request.json()
+        if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
+            return web.json_response({"detail": "input is required", "status": 422}, status=422)
+        if how == "version":
+            how = f"version:{data.get('version')}"
+        self.created_by.append(how)
+        job = self.new_job(data["input"], data.get("webhook"))
+        return web.json_response(self.prediction(job), status=201)
+
+    async def _by_version(self, request: web.Request) -> web.Response:
+        return await self._create(request, "version")
+
+    async def _by_model(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        return await self._create(request, f"model:{info['owner']}/{info['name']}")
+
+    async def _by_deployment(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        return await self._create(request, f"deployment:{info['owner']}/{info['name']}")
+
+    async def _get(self, request: web.Request) -> web.Response:
+        if (answer := self.faulted("status", request)) is not None:
+            return answer
+        job = self.jobs.get(request.match_info["id"])
+        if job is None or job.expired:
+            return web.json_response({"detail": "Not found", "status": 404}, status=404)
+        return web.json_response(self.prediction(job))
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        if (answer := self.faulted("cancel", request)) is not None:
+            return answer
+        job = self.jobs.get(request.match_info["id"])
+        if job is None:
+            return web.json_response({"detail": "Not found", "status": 404}, status=404)
+        self.cancel_job(job)
+        return web.json_response(self.prediction(job))
+
+    async def _secret(self, request: web.Request) -> web.Response:
+        return web.json_response({"key": self.secret})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        content = form["content"]
+        data = content.file.read()  # type: ignore[union-attr]
+        name = f"upload-{uuid.uuid4().hex[:8]}"
+        self.files[name] = data
+        return web.json_response({"id": name, "size": len(data),
+                                  "urls": {"get": f"{self.url}/files/{name}"}}, status=201)
