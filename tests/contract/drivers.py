@@ -19,8 +19,8 @@ import pytest
 
 from adapters.fake import FakeAdapter
 from contracts.job import JobState
-from gateway import keys
 from gateway.app import LOOPS
+from gateway.http import keys
 from tests.support.gateway import GatewayHarness
 from tests.support.upstreams.base import Delivery, FakeUpstream, UpJob
 from tests.support.upstreams.cog import COG_FAKE_TOKEN, FakeCog

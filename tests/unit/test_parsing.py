@@ -469,7 +469,7 @@ def test_a_missing_configuration_file_is_a_clear_error(tmp_path: Path, clean_env
         (TOML + '\n[[routes]]\nmodel = "acme/echo"\nprovider = "local"\n', "two routes"),
         (TOML.replace("acme/echo", "not-a-model"), "not-a-model"),
         (TOML + '\n[providers.cog]\nkind = "cog"\n', "base_url"),
-        (TOML.replace('kind = "fake"', 'kind = "openai"'), "kind"),
+        (TOML.replace('kind = "fake"', 'kind = "baseten"'), "kind"),
         ("[gateway\n", "cutover.toml"),
     ],
 )
