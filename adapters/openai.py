@@ -132,6 +132,7 @@ class OpenAIAdapter:
         self._api = api
         self._stream = stream and api != "images"
         self._retries = max_retries
+        self._timeout_s = request_timeout_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = _Upstream(
             name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers,
@@ -214,9 +215,11 @@ class OpenAIAdapter:
             call.ended_at = time.monotonic()
 
     async def _attempts(self, call: _Call, body: dict[str, Any]) -> None:
+        """Up to ``max_retries`` retries of refusals; a refused *connection* (nothing was
+        sent) is retried until ``request_timeout_s`` has passed."""
         path = mapping.API_PATHS[self._api]
-        for attempt in range(self._retries + 1):
-            last = attempt == self._retries
+        started, refusals, attempt = time.monotonic(), 0, 0
+        while True:
             try:
                 if self._stream:
                     await self._streamed(call, path, body)
@@ -224,9 +227,14 @@ class OpenAIAdapter:
                     await self._whole(call, path, body)
                 return
             except _Retry as retry:
-                if last:
+                refusals += 0 if retry.unsent else 1
+                attempt += 1
+                delay = retry.delay_s(attempt - 1)
+                if refusals > self._retries or (
+                    time.monotonic() - started + delay > self._timeout_s
+                ):
                     raise _Failed(retry.reason) from None
-                await asyncio.sleep(retry.delay_s(attempt))
+                await asyncio.sleep(delay)
 
     async def _whole(self, call: _Call, path: str, body: dict[str, Any]) -> None:
         try:
@@ -234,7 +242,7 @@ class OpenAIAdapter:
         except UpstreamRejected as exc:
             raise _Failed(exc.detail) from exc
         except UpstreamRetryable as exc:  # could not connect, or rate-limited: nothing sent
-            raise _Retry(exc.detail, exc.retry_after_s) from exc
+            raise _Retry(exc.detail, exc.retry_after_s, unsent=True) from exc
         self._check(response)
         self._read_whole(call, response)
 
@@ -256,7 +264,7 @@ class OpenAIAdapter:
         try:
             self._http.limiter.take(self.name)
         except UpstreamRetryable as exc:
-            raise _Retry(exc.detail, exc.retry_after_s) from exc
+            raise _Retry(exc.detail, exc.retry_after_s, unsent=True) from exc
         client = self._http.client
         try:
             async with client.stream("POST", path, json=body) as response:
@@ -270,7 +278,8 @@ class OpenAIAdapter:
                 if not await self._read_events(call, response):
                     raise _Failed(f"{self.name}: the stream ended before [DONE]")
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Retry(f"{self.name}: cannot connect ({type(exc).__name__})", None) from exc
+            raise _Retry(f"{self.name}: cannot connect ({type(exc).__name__})", None,
+                         unsent=True) from exc
         except httpx.HTTPError as exc:
             raise _Failed(
                 f"{self.name}: the call broke after it was sent ({type(exc).__name__}); "
@@ -329,16 +338,17 @@ class OpenAIAdapter:
 class _Retry(Exception):
     """A refusal that may pass on a later attempt."""
 
-    def __init__(self, reason: str, retry_after_s: float | None) -> None:
+    def __init__(self, reason: str, retry_after_s: float | None, unsent: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
+        self.unsent = unsent  # the request never left (no connection, or the rate limit)
 
     def delay_s(self, attempt: int) -> float:
         if self.retry_after_s is not None:
             if self.retry_after_s > MAX_RETRY_AFTER_S:
                 raise _Failed(f"{self.reason} (Retry-After {self.retry_after_s:.0f} s is too long)")
             return self.retry_after_s
-        return min(8.0, 0.5 * 2**attempt)
+        return min(5.0, 0.25 * 2**attempt)
 
 
