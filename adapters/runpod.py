@@ -45,6 +45,8 @@ _Upstream = transport.Upstream  # the parameter named ``transport`` hides the mo
 
 DEFAULT_BASE_URL = "https://api.runpod.ai/v2"
 MAX_RUN_BYTES = 10 * 1000 * 1000
+#: Larger ``data:`` URIs reach the handler as a URL on the gateway (docs/providers.md).
+MAX_INLINE_INPUT_BYTES = 1_000_000
 MIN_TTL_MS, MAX_TTL_MS = 10_000, 7 * 24 * 3600 * 1000
 EXPIRED_ERROR = "RunPod no longer knows this job (its TTL or result retention ran out)"
 
@@ -125,6 +127,7 @@ class RunPodAdapter:
         self.name = name
         self.capabilities = Capabilities(
             webhooks=True, fetch=True, cancel=True, webhook_poke=True,
+            max_inline_input_bytes=MAX_INLINE_INPUT_BYTES,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
         )
         headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -123,6 +123,9 @@ class Capabilities(BaseModel):
         The provider's webhooks are not signed (RunPod, providers.md §3.5): once the
         per-job URL token matches, a webhook only makes the job's next fetch due now; its
         body is never parsed or trusted.
+    max_inline_input_bytes : int or None
+        ``data:`` URIs longer than this are stored by the gateway and sent as its own URL
+        (docs/providers.md, "File inputs"); None sends every input as it is.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -134,3 +137,4 @@ class Capabilities(BaseModel):
     fetch_max_interval_s: float = 30.0
     lost_grace_s: float = 0.0
     webhook_poke: bool = False
+    max_inline_input_bytes: int | None = None

@@ -43,6 +43,7 @@ from gateway.http import (
 )
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import auth_middleware, problem_middleware
+from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop
 from gateway.metrics import Metrics
@@ -301,6 +302,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             callback_base_url=base,
             resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS],
+            stager=InputStager(storage=app[keys.STORAGE], public_url=gw.public_url),
             backoff=retry.Backoff(
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
             ),

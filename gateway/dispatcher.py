@@ -28,9 +28,11 @@ from gateway import fairness
 from gateway.clock import Clock, utcnow
 from gateway.fairness import Candidate
 from gateway.finalizer import Finalizer
+from gateway.inputs import InputStager
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
+from gateway.outputs import AssetError
 from gateway.providers import Provider
 from gateway.store.jobs import JobStore, Progress
 from gateway.webhooks import retry
@@ -64,9 +66,11 @@ class Dispatcher(Loop):
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
         resolve_input: Callable[[Any], Any] | None = None,
+        stager: InputStager | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
+        self._stager = stager
         self._last_served: dict[str, float] = {}
         self._served_tick = 0.0
         # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
@@ -103,9 +107,14 @@ class Dispatcher(Loop):
             token_row = await self._store.callback_token(job.id)
             assert token_row is not None
             webhook_url = callback_url(self._callback_base_url, job, token_row[1])
+        try:
+            model_input = await self._stage(provider, job)
+        except AssetError as exc:
+            await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
+            return
         request = SubmitRequest(
             job_id=job.id,
-            input=self._resolve_input(job.input),
+            input=self._resolve_input(model_input),
             webhook_url=webhook_url,
             model=job.model,
             version=job.version,
@@ -135,6 +144,14 @@ class Dispatcher(Loop):
             return
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
+
+    async def _stage(self, provider: Provider, job: Job) -> dict[str, Any]:
+        """The input in the form the provider takes (large files as owned URLs)."""
+        limit = provider.adapter.capabilities.max_inline_input_bytes
+        if self._stager is None or limit is None:
+            return job.input
+        staged: dict[str, Any] = await self._stager.stage(job.id, job.input, limit)
+        return staged
 
     def _count(self, provider: Provider, outcome: str) -> None:
         if self._metrics is not None:

@@ -9,6 +9,7 @@ fault (no webhooks, no wire, no timestamp) says so with a skip reason.
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from contracts.job import JobState
 from gateway.clock import utcnow
+from gateway.http import keys
 from tests.contract.drivers import Driver, Sent, pump
 from tests.support.gateway import VERSION, GatewayHarness
 
@@ -280,3 +282,25 @@ async def _next_check(h: GatewayHarness, job_id: str) -> Any:
     async with h.store.engine.connect() as conn:
         query = sa.select(jobs.c.next_attempt_at).where(jobs.c.id == job_id)
         return (await conn.execute(query)).scalar()
+
+
+# --- file inputs ----------------------------------------------------------------------------
+
+
+async def test_a_large_file_input_reaches_the_provider_in_its_form(up: GatewayHarness,
+                                                                    driver: Driver):
+    data = bytes(range(256)) * 2935  # 1.0 MB as base64: over RunPod's and Replicate's limits
+    uri = "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+    await up.create({"version": VERSION, "input": {"prompt": "hello", "image": uri}})
+    await pump(up)
+    job = await driver.job()
+    sent = job.input.get("image")
+    if driver.kind == "runpod":  # a URL on the gateway, the bytes in owned storage
+        assert sent.startswith("https://gateway.test/assets/")
+        key = sent.removeprefix("https://gateway.test/assets/")
+        assert up.app[keys.STORAGE].path(key).read_bytes() == data
+    elif driver.kind == "replicate":  # through its upload endpoint
+        assert sent.startswith(f"{driver.server.url}/files/")
+        assert driver.server.files[sent.rsplit("/", 1)[1]] == data
+    elif driver.kind != "openai":  # the others take data: URIs as they are
+        assert sent == uri
