@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.transport import parse_retry_after
 from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
@@ -87,7 +88,10 @@ def raise_for_status(name: str, action: str, response: httpx.Response) -> None:
         return
     what = f"{name}: {action} answered {code}"
     if code in _BUSY_CODES:
-        raise ProviderBusy(f"{what} (not started, try later): {_excerpt(response)}")
+        raise ProviderBusy(
+            f"{what} (not started, try later): {_excerpt(response)}",
+            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+        )
     if code == httpx.codes.UNPROCESSABLE_ENTITY:
         raise UpstreamRejected(f"{what}: {_validation_detail(response)}")
     if code < 500:  # other 4xx, and redirects (a misconfigured base_url)

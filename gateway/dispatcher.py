@@ -40,6 +40,7 @@ from gateway.webhooks import retry
 __all__ = ["Dispatcher", "callback_url"]
 
 log = logging.getLogger(__name__)
+MAX_RETRY_AFTER_S = 300.0
 
 
 def callback_url(base_url: str, job: Job, token: str) -> str:
@@ -130,7 +131,7 @@ class Dispatcher(Loop):
         except UpstreamRetryable as exc:
             self._count(provider, "unreachable")
             log.warning("submit_failed", extra={"job_id": job.id, "error": exc.detail})
-            await self._defer(job, "unreachable", None)
+            await self._defer(job, "unreachable", exc.retry_after_s)
             return
         except UpstreamRejected as exc:
             self._count(provider, "rejected")
@@ -195,8 +196,8 @@ class Dispatcher(Loop):
 
     async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
         delay = self._backoff.delay_s(job.attempts + 1, self._rng)
-        if retry_after_s is not None:
-            delay = max(delay, min(retry_after_s, self._backoff.max_s))
+        if retry_after_s is not None:  # the provider's own wait, up to 300 s
+            delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
         await self._store.defer(
             job.id, next_attempt_at=self._clock() + timedelta(seconds=delay), raw_status=why
         )

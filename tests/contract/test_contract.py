@@ -195,6 +195,17 @@ async def test_429_burst_with_retry_after_at_submit(up: GatewayHarness, driver: 
     assert done["status"] == "succeeded" and driver.submits() == 1
 
 
+async def test_429_at_submit_defers_by_its_retry_after(up: GatewayHarness, driver: Driver):
+    if driver.kind == "openai":
+        pytest.skip("openai: the held call itself waits out Retry-After (up to 120 s)")
+    driver.fault("submit", 429, b'{"detail":"slow down"}', retry_after="1")
+    before = utcnow()
+    job_id = await create(up)
+    due = await _next_check(up, job_id)
+    assert (await up.get(job_id))["status"] == "starting"
+    assert due is not None and due >= before + timedelta(seconds=0.9)
+
+
 async def test_5xx_burst_while_polling_honours_retry_after(up: GatewayHarness, driver: Driver):
     job_id = await create(up)
     job = await driver.job()
