@@ -4,7 +4,7 @@ Replicate is the control arm when providers are compared and the fallback of a c
 Any server that speaks Replicate's HTTP API works, another cutover included: ``base_url``
 is the root as the Python client takes it, without ``/v1``.
 
-- Create (specs/replicate-api.md §2): the route's ``target`` picks the endpoint:
+- Create: the route's ``target`` picks the endpoint:
   ``owner/name:version`` -> ``POST /v1/predictions`` ``{"version": <id>}``;
   ``owner/name`` -> ``POST /v1/models/owner/name/predictions``;
   ``deployments/owner/name`` -> ``POST /v1/deployments/owner/name/predictions``. Without
@@ -57,7 +57,7 @@ INLINE_DATA_URI_BYTES = 256 * 1024
 EVENTS_FILTER = ("start", "output", "logs", "completed")
 SECRET_REFRESH_S = 60.0
 
-#: Replicate's status -> canonical state (specs/replicate-api.md §4.2).
+#: Replicate's status -> canonical state (docs/providers.md, "replicate").
 STATUS_MAP: Mapping[str, JobState] = {
     "starting": JobState.QUEUED,
     "processing": JobState.RUNNING,

@@ -1,4 +1,4 @@
-"""A fake Replicate API (specs/replicate-api.md): creates by version, model and
+"""A fake Replicate API (docs/providers.md, "replicate"): creates by version, model and
 deployment, GET, cancel, ``/v1/files`` uploads, the webhook secret, and Standard
 Webhooks-signed events (start, completed)."""
 
