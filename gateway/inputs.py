@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.outputs import is_data_uri, parse_data_uri
 from gateway.storage import Storage
+from gateway.store.jobs import AssetRecord, JobStore
 
 __all__ = ["InputStager"]
 
@@ -29,11 +30,14 @@ class InputStager:
         Owned storage (the same as for outputs).
     public_url : str
         The gateway's base URL, as providers reach it.
+    store : JobStore
+        Where the staged file is recorded (``/assets`` serves recorded files only).
     """
 
-    def __init__(self, *, storage: Storage, public_url: str) -> None:
+    def __init__(self, *, storage: Storage, public_url: str, store: JobStore) -> None:
         self._storage = storage
         self._public_url = public_url.rstrip("/")
+        self._store = store
 
     async def stage(self, job_id: str, value: Any, max_inline_bytes: int | None) -> Any:
         """``value`` with every ``data:`` URI over ``max_inline_bytes`` stored and replaced
@@ -56,8 +60,11 @@ class InputStager:
 
     async def _store(self, job_id: str, uri: str) -> str:
         content_type, data = parse_data_uri(uri)
-        digest = hashlib.sha256(data).hexdigest()[:16]
+        sha256 = hashlib.sha256(data).hexdigest()
         extension = mimetypes.guess_extension(content_type) or ".bin"
-        key = f"{job_id}/inputs/{digest}/input{extension}"
+        key = f"{job_id}/inputs/{sha256[:16]}/input{extension}"
         await self._storage.put(key, data)
+        record = AssetRecord(key=key, sha256=sha256, size_bytes=len(data),
+                             content_type=content_type, source="input")
+        await self._store.record_asset(job_id, record)
         return f"{self._public_url}/assets/{key}"

@@ -84,12 +84,13 @@ def build_adapter(
     if settings.kind == "fake" and settings.base_url:
         from adapters.remote_fake import RemoteFakeAdapter
 
+        auth = settings.webhook_auth_token
         return RemoteFakeAdapter(
             name=name,
             base_url=settings.base_url,
-            secret=token or "fake-secret",
+            secret=auth.get_secret_value() if auth else "fake-secret",
             request_timeout_s=settings.request_timeout_s,
-            **extra,
+            **common,
         )
     if settings.kind == "fake":
         from adapters.fake import FakeAdapter
