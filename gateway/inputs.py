@@ -55,10 +55,10 @@ class InputStager:
         if isinstance(value, list):
             return [await self.stage(job_id, v, max_inline_bytes) for v in value]
         if isinstance(value, str) and len(value) > max_inline_bytes and is_data_uri(value):
-            return await self._store(job_id, value)
+            return await self._keep(job_id, value)
         return value
 
-    async def _store(self, job_id: str, uri: str) -> str:
+    async def _keep(self, job_id: str, uri: str) -> str:
         content_type, data = parse_data_uri(uri)
         sha256 = hashlib.sha256(data).hexdigest()
         extension = mimetypes.guess_extension(content_type) or ".bin"

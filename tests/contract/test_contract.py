@@ -310,6 +310,8 @@ async def test_a_large_file_input_reaches_the_provider_in_its_form(up: GatewayHa
         assert sent.startswith("https://gateway.test/assets/")
         key = sent.removeprefix("https://gateway.test/assets/")
         assert up.app[keys.STORAGE].path(key).read_bytes() == data
+        served = await up.client.get(f"/assets/{key}")  # recorded, so served without a token
+        assert served.status == 200 and await served.read() == data
     elif driver.kind == "replicate":  # through its upload endpoint
         assert sent.startswith(f"{driver.server.url}/files/")
         assert driver.server.files[sent.rsplit("/", 1)[1]] == data
