@@ -115,7 +115,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
           tls: ServerTLS, https_cog: CogServer) -> Iterator[Stack]:
     kind = str(request.param)
     workdir = tmp_path_factory.mktemp(f"client-{kind}")
-    long_cog = {"prompt": "cancel me", "steps": 40, "delay": 0.25}
+    long_cog = {"prompt": "cancel me", "steps": 80, "delay": 0.25}  # 20 s: room for a busy host
     with ExitStack() as stack, pytest.MonkeyPatch.context() as env:
         if kind == "cog":
             live = stack.enter_context(running_gateway("sqlite", workdir, tls, https_cog.url))
