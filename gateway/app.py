@@ -302,9 +302,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             callback_base_url=base,
             resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS],
-            stager=InputStager(
-                storage=app[keys.STORAGE], public_url=gw.public_url, store=app[keys.STORE]
-            ),
+            stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=retry.Backoff(
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
             ),

@@ -34,7 +34,7 @@ class InputStager:
         Where the staged file is recorded (``/assets`` serves recorded files only).
     """
 
-    def __init__(self, *, storage: Storage, public_url: str, store: JobStore) -> None:
+    def __init__(self, storage: Storage, public_url: str, store: JobStore) -> None:
         self._storage = storage
         self._public_url = public_url.rstrip("/")
         self._store = store
