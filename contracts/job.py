@@ -26,6 +26,7 @@ __all__ = [
     "JobState",
     "can_transition",
     "replicate_status",
+    "state_rank",
 ]
 
 
@@ -76,6 +77,11 @@ def can_transition(current: JobState, new: JobState) -> bool:
     if current.terminal:
         return False
     return _RANK[new] > _RANK[current]
+
+
+def state_rank(state: JobState) -> int:
+    """How far along the lifecycle ``state`` is: 0 creating, 1 queued, 2 running, 3 ended."""
+    return _RANK[state]
 
 
 def replicate_status(state: JobState) -> str:

@@ -307,7 +307,13 @@ def build_loops(app: web.Application) -> list[Loop]:
                 base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
             ),
         ),
-        EventProcessor(**common, events=app[_EVENTS]),
+        EventProcessor(
+            **common,
+            events=app[_EVENTS],
+            backoff=retry.Backoff(
+                base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
+            ),
+        ),
         Poller(**common),
         Reaper(
             **common,

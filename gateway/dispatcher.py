@@ -9,22 +9,29 @@ the jobs already in flight there, oldest first, and submits them concurrently:
 * ``ProviderBusy`` (Cog 409/503, 429) or a retryable failure -> stays ``queued`` and is
   tried again after an exponential backoff with full jitter;
 * ``UpstreamRejected`` -> ``failed`` with the provider's reason;
-* a cancel requested while the submit was in flight -> the provider is told to cancel.
+* an unexpected exception -> tried again like a retryable failure, and ``failed`` once
+  the job has had ``max_attempts`` attempts;
+* a cancel requested while the submit was in flight -> the provider is told to cancel;
+  a job the provider itself finished meanwhile (its webhook overtook the submit) keeps
+  its provider id and is not canceled.
+
+Each job is one item of the round (:func:`gateway.boundary.each`): an error in one never
+reaches its siblings or the round. The claim counts the provider's jobs in flight (in
+every process) inside its own transaction, so ``max_concurrency`` holds across processes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
+from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import fairness
+from gateway import boundary, fairness
 from gateway.clock import Clock, utcnow
 from gateway.fairness import Candidate
 from gateway.finalizer import Finalizer
@@ -68,6 +75,7 @@ class Dispatcher(Loop):
         metrics: Metrics | None = None,
         resolve_input: Callable[[Any], Any] | None = None,
         stager: InputStager | None = None,
+        max_attempts: int = 8,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
@@ -83,13 +91,17 @@ class Dispatcher(Loop):
         self._backoff = backoff
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
+        self._max_attempts = max_attempts
 
     async def run_once(self) -> int:
         handled = 0
         for provider in self._providers.values():
-            free = provider.max_concurrency - await self._store.count_in_flight(provider.name)
-            claimed = await self._store.claim_dispatch(provider.name, free, self._fair_order)
-            await asyncio.gather(*(self._submit(provider, job) for job in claimed))
+            claimed = await self._store.claim_dispatch(
+                provider.name, provider.max_concurrency, self._fair_order
+            )
+            await boundary.each(
+                claimed, lambda job, p=provider: self._submit(p, job), self._failed
+            )
             handled += len(claimed)
         return handled
 
@@ -101,6 +113,13 @@ class Dispatcher(Loop):
             self._served_tick += 1.0
             self._last_served[candidate.owner] = self._served_tick
         return chosen
+
+    async def _failed(self, job: Job, exc: BaseException, verdict: boundary.Verdict) -> None:
+        """One job's dispatch raised after its submit (:mod:`gateway.boundary`)."""
+        context = {"job_id": job.id, "provider": job.provider, "error": boundary.describe(exc)}
+        log.warning("dispatch_item_failed", extra={**context, "verdict": verdict.value})
+        delay = self._backoff.delay_s(job.attempts + 1, self._rng)
+        await self._store.release(job.id, next_attempt_at=self._clock() + timedelta(seconds=delay))
 
     async def _submit(self, provider: Provider, job: Job) -> None:
         webhook_url = None
@@ -137,11 +156,8 @@ class Dispatcher(Loop):
             self._count(provider, "rejected")
             await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
             return
-        except Exception as exc:  # a job that cannot be sent must end, not loop
-            self._count(provider, "rejected")
-            log.exception("submit_crashed", extra={"job_id": job.id, "provider": provider.name})
-            error = f"the prediction could not be sent to the provider ({type(exc).__name__})"
-            await self._finalizer.finish_here(job, JobState.FAILED, error)
+        except Exception as exc:  # noqa: BLE001 (a crash: retried, then the job ends)
+            await self._crashed(provider, job, exc)
             return
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
@@ -153,6 +169,18 @@ class Dispatcher(Loop):
             return job.input
         staged: dict[str, Any] = await self._stager.stage(job.id, job.input, limit)
         return staged
+
+    async def _crashed(self, provider: Provider, job: Job, exc: Exception) -> None:
+        context = {"job_id": job.id, "provider": provider.name, "attempt": job.attempts + 1}
+        if job.attempts + 1 < self._max_attempts:
+            self._count(provider, "unreachable")
+            log.warning("submit_crashed", extra={**context, "error": boundary.describe(exc)})
+            await self._defer(job, "crashed", None)
+            return
+        self._count(provider, "rejected")
+        log.error("submit_crashed", exc_info=exc, extra=context)
+        error = f"the prediction could not be sent to the provider ({type(exc).__name__})"
+        await self._finalizer.finish_here(job, JobState.FAILED, error)
 
     def _count(self, provider: Provider, outcome: str) -> None:
         if self._metrics is not None:
@@ -167,32 +195,44 @@ class Dispatcher(Loop):
         next_check = None
         if caps.fetch:
             next_check = self._clock() + timedelta(seconds=caps.fetch_interval_s)
-        if snapshot.state.terminal:
-            await self._store.mark_submitted(
-                job.id,
-                snapshot.provider_job_id,
-                Progress(JobState.QUEUED, snapshot.raw_status),
-                next_check,
+        first = Progress(JobState.QUEUED, snapshot.raw_status)
+        if not snapshot.state.terminal:
+            state = snapshot.state if snapshot.state is JobState.RUNNING else JobState.QUEUED
+            first = self._finalizer.progress(job, snapshot, state)
+        # The provider acted: record it through a blip in the store rather than submit twice.
+        updated = await boundary.retry_store(
+            lambda: self._store.mark_submitted(
+                job.id, snapshot.provider_job_id, first, next_check
             )
+        )
+        if snapshot.state.terminal:
             await self._finalizer.finalize(await self._store.get(job.id), snapshot)
             return
-        state = snapshot.state if snapshot.state is JobState.RUNNING else JobState.QUEUED
-        updated = await self._store.mark_submitted(
-            job.id,
-            snapshot.provider_job_id,
-            Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs),
-            next_check,
-        )
-        if updated is None:  # finished (canceled) while the submit was in flight
-            ref = ProviderRef(
-                job_id=job.id, provider_job_id=snapshot.provider_job_id, input=job.input,
-                webhook_url=request.webhook_url, target=job.target,
-            )
-            if caps.cancel:
-                await provider.adapter.cancel(ref)
+        if updated is None:
+            await self._finished_meanwhile(provider, job, request, snapshot)
             return
         self._notifier.job_changed(job.id, updated)
         log.info("job_submitted", extra={"job_id": job.id, "provider": provider.name})
+
+    async def _finished_meanwhile(
+        self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
+    ) -> None:
+        """The job ended while its submit was in flight. Canceled by the app (or its
+        deadline): tell the provider. Finished by the provider (its webhook overtook the
+        submit): nothing to do."""
+        current = await self._store.get(job.id)
+        if current.cancel_requested_at is None and current.state is not JobState.CANCELED:
+            return
+        if not provider.adapter.capabilities.cancel:
+            return
+        ref = ProviderRef(
+            job_id=job.id, provider_job_id=snapshot.provider_job_id, input=job.input,
+            webhook_url=request.webhook_url, target=job.target,
+        )
+        try:
+            await provider.adapter.cancel(ref)
+        except CutoverError as exc:  # the reaper does not resend for a finished job
+            log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
 
     async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
         delay = self._backoff.delay_s(job.attempts + 1, self._rng)

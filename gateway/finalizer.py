@@ -17,8 +17,8 @@ from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
-from gateway.outputs import AssetError, OutputCopier
-from gateway.store.jobs import JobStore, Outcome, ValueRefused
+from gateway.outputs import AssetError, OutputCopier, has_files
+from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
 
 __all__ = ["Finalizer"]
 
@@ -63,6 +63,23 @@ class Finalizer:
         outcome = await self._outcome(job, snapshot)
         return await self._record(job, outcome)
 
+    def progress(
+        self, job: Job, snapshot: ProviderSnapshot, state: JobState | None = None
+    ) -> Progress:
+        """A non-terminal snapshot as the job's progress (the one place this is made).
+
+        ``creating`` reads as ``queued``. An output that still holds provider files
+        (``data:`` URIs, URLs on the provider's file hosts) is withheld until the
+        terminal copy: apps never see provider-native shapes that change at the end
+        (docs/lifecycle.md, "Interim output").
+        """
+        if state is None:
+            state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
+        output = snapshot.output
+        if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
+            output = None
+        return Progress(state, snapshot.raw_status, output, snapshot.logs)
+
     async def finish_here(self, job: Job, state: JobState, error: str | None) -> Job:
         """Record a terminal state decided by the gateway itself (cancel before submit,
         deadline, lifetime, provider lost the job)."""
@@ -90,6 +107,8 @@ class Finalizer:
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
     async def _record(self, job: Job, outcome: Outcome) -> Job:
+        """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
+        transient store error propagates, so the caller's boundary retries the item."""
         try:
             done = await self._store.finish(job.id, outcome)
         except ValueRefused as exc:  # a value the store refuses (too long, NUL on PostgreSQL)

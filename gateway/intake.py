@@ -16,19 +16,22 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import random
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import timedelta
 
-from contracts.errors import CutoverError, WebhookVerificationError
-from contracts.job import JobState
+from contracts.errors import WebhookVerificationError
+from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import Notifier
+from gateway.outputs import off_loop
 from gateway.providers import Provider
 from gateway.store.events import ProviderEvent, ProviderEvents
-from gateway.store.jobs import JobStore, Progress
+from gateway.store.jobs import JobStore
+from gateway.webhooks import retry
 
 __all__ = ["EventProcessor", "Intake"]
 
@@ -107,7 +110,15 @@ class Intake:
 
 
 class EventProcessor(Loop):
-    """Applies stored provider events, oldest first, one job's events in order."""
+    """Applies stored provider events, oldest first, one job's events in order.
+
+    Each job's events are one item of the round (:func:`gateway.boundary.each`). An event
+    that applied is marked processed, by the lease holder only. One that raised a
+    retryable error (:class:`gateway.boundary.Verdict`) is released with a backoff, and
+    the job's later events wait with it; after ``max_attempts`` tries (counted in this
+    process), or at once for a permanent error, it is marked processed with its error
+    logged: it never blocks the job's other events (docs/lifecycle.md, "Errors").
+    """
 
     name = "events"
 
@@ -120,44 +131,77 @@ class EventProcessor(Loop):
         finalizer: Finalizer,
         notifier: Notifier,
         interval_s: float,
+        backoff: retry.Backoff | None = None,
+        max_attempts: int = 8,
         batch: int = 64,
+        clock: Clock = utcnow,
+        rng: random.Random | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._store = store
         self._events = events
         self._providers = providers
         self._finalizer = finalizer
+        self._backoff = backoff or retry.Backoff(base_s=interval_s, max_s=30.0)
+        self._max_attempts = max_attempts
+        self._attempts: dict[int, int] = {}
         self._batch = batch
+        self._clock = clock
+        self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
     async def run_once(self) -> int:
         events = await self._events.claim(self._batch)
         by_job: defaultdict[str, list[ProviderEvent]] = defaultdict(list)
         for event in events:
             by_job[event.job_id].append(event)
-        await asyncio.gather(*(self._apply_all(job_events) for job_events in by_job.values()))
+        await boundary.each(by_job.values(), self._apply_all, self._unsettled)
         return len(events)
 
     async def _apply_all(self, events: list[ProviderEvent]) -> None:
-        for event in events:
+        for n, event in enumerate(events):
             try:
                 await self._apply(event)
-            except CutoverError as exc:
-                log.warning(
-                    "provider_event_rejected",
-                    extra={"job_id": event.job_id, "provider": event.provider, "error": exc.detail},
-                )
-            except Exception:  # one event's boundary: never let it block the others
-                log.exception(
-                    "provider_event_failed",
-                    extra={"job_id": event.job_id, "provider": event.provider},
-                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 (one event's boundary: classified here)
+                if not await self._failed(event, exc, events[n + 1 :]):
+                    return
+            self._attempts.pop(event.id, None)
             await self._events.mark_processed(event.id)
+
+    async def _failed(
+        self, event: ProviderEvent, exc: Exception, later: list[ProviderEvent]
+    ) -> bool:
+        """Handle an event that raised; True when it is done with (to be marked)."""
+        attempt = self._attempts.get(event.id, 0) + 1
+        context = {"job_id": event.job_id, "provider": event.provider,
+                   "error": boundary.describe(exc), "attempt": attempt}
+        if boundary.verdict(exc) is boundary.Verdict.END or attempt >= self._max_attempts:
+            self._attempts.pop(event.id, None)
+            log.warning("provider_event_rejected", extra=context)
+            return True
+        self._attempts[event.id] = attempt
+        log.warning("provider_event_retry", extra=context)
+        until = self._clock() + timedelta(seconds=self._backoff.delay_s(attempt, self._rng))
+        for waiting in [event, *later]:  # the job's later events keep their order
+            await self._events.release(waiting.id, until=until)
+        return False
+
+    async def _unsettled(
+        self, events: list[ProviderEvent], exc: BaseException, verdict: boundary.Verdict
+    ) -> None:
+        # Settling failed (the store is down): the leases run out and the events return.
+        log.warning(
+            "provider_events_unsettled",
+            extra={"job_id": events[0].job_id, "error": boundary.describe(exc)},
+        )
 
     async def _apply(self, event: ProviderEvent) -> None:
         provider = self._providers.get(event.provider)
         if provider is None:
             return
-        snapshot = provider.adapter.parse_webhook(event.body)
+        parse = provider.adapter.parse_webhook
+        snapshot = await off_loop(parse, event.body, size=len(event.body))
         job = await self._store.get(event.job_id)
         if job.state.terminal:
             log.info("late_provider_event", extra={"job_id": job.id, "raw": snapshot.raw_status})
@@ -171,10 +215,7 @@ class EventProcessor(Loop):
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return
-        state = snapshot.state if snapshot.state is not JobState.CREATING else JobState.QUEUED
-        updated = await self._store.apply_progress(
-            job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
-        )
+        updated = await self._store.apply_progress(job.id, self._finalizer.progress(job, snapshot))
         if updated is not None:
             self._notifier.job_changed(job.id, updated)
             self._notifier.wake("delivery")

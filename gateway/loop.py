@@ -4,18 +4,20 @@
 (:class:`gateway.notify.Notifier`) or until :meth:`Loop.idle_s` passes, and goes round
 again at once when the last round did work. A loop that knows when its next work falls
 due (:mod:`gateway.store.due`) sleeps until then, at most ``max_idle_s``: an idle gateway
-does not query its store every ``interval_s`` (docs/benchmarks.md). Errors are caught
-only here, logged with context, and the loop carries on; ``CancelledError`` is never swallowed.
+does not query its store every ``interval_s`` (docs/benchmarks.md). Items fail alone
+inside the round (:mod:`gateway.boundary`); a round that fails as a whole (the store is
+down) is caught here: logged once per outage (:class:`gateway.boundary.Outage`), then
+retried with backoff. ``CancelledError`` is never swallowed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
+from gateway.boundary import Outage
 from gateway.clock import utcnow
 from gateway.notify import Notifier
 
@@ -39,8 +41,6 @@ def sleep_until(due: datetime | None, now: datetime, *, interval_s: float, max_i
         return interval_s
     return min(left, max_idle_s)
 
-log = logging.getLogger(__name__)
-
 
 class Loop(ABC):
     """A background loop named ``name`` that the notifier can wake."""
@@ -55,6 +55,7 @@ class Loop(ABC):
         self._notifier = notifier
         self._interval_s = interval_s
         self._stopping = asyncio.Event()
+        self._outage = Outage(self.name, interval_s)
 
     @abstractmethod
     async def run_once(self) -> int:
@@ -71,23 +72,26 @@ class Loop(ABC):
     async def run(self) -> None:
         """Run rounds until :meth:`stop` is called."""
         while not self._stopping.is_set():
+            wait_s = self._interval_s
             try:
                 handled = await self.run_once()
+                self._outage.succeeded()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the loop boundary: log and keep going
-                log.exception("loop_round_failed", extra={"loop": self.name})
+            except Exception as exc:  # noqa: BLE001 (the loop boundary: Outage logs it)
+                wait_s = self._outage.failed(exc)
                 handled = 0
             if handled == 0 and not self._stopping.is_set():
-                await self._notifier.sleep(self.name, await self._idle_or_interval())
+                if not self._outage.failures:
+                    wait_s = await self._idle_or_interval()
+                await self._notifier.sleep(self.name, wait_s)
 
     async def _idle_or_interval(self) -> float:
         try:
             return await self.idle_s()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 (the loop boundary: the store may be down)
-            log.warning("loop_idle_check_failed", extra={"loop": self.name})
+        except Exception:  # noqa: BLE001 (the store may be down: the next round tells)
             return self._interval_s
 
     def stop(self) -> None:

@@ -26,10 +26,10 @@ import hashlib
 import mimetypes
 import posixpath
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import httpx
@@ -38,7 +38,14 @@ from contracts.errors import CutoverError
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord
 
-__all__ = ["MEDIA_TYPE_RE", "AssetError", "OutputCopier", "parse_data_uri"]
+__all__ = [
+    "MEDIA_TYPE_RE",
+    "AssetError",
+    "OutputCopier",
+    "has_files",
+    "off_loop",
+    "parse_data_uri",
+]
 
 _NAME = r"[A-Za-z0-9!#$&^_.+-]{1,64}"
 MEDIA_TYPE_RE = re.compile(rf"^{_NAME}/{_NAME}$")
@@ -48,6 +55,7 @@ _DATA_URI_RE = re.compile(
     re.IGNORECASE,
 )
 _MAX_NAME_CHARS = 100
+T = TypeVar("T")
 
 
 class AssetError(CutoverError):
@@ -212,8 +220,8 @@ class OutputCopier:
 
     async def _read(self, ref: str) -> _File:
         if ref.startswith("data:"):
-            content_type, data = parse_data_uri(ref)
-            return _File.of_bytes(data, content_type, "data")
+            content_type, data = await off_loop(parse_data_uri, ref, size=len(ref))
+            return await off_loop(_File.of_bytes, data, content_type, "data", size=len(data))
         try:
             async with asyncio.timeout(self._download_timeout_s):
                 return await self._download(ref)
@@ -266,6 +274,34 @@ class OutputCopier:
         finally:
             await asyncio.to_thread(handle.close)
         return digest.hexdigest(), size
+
+
+INLINE_BYTES = 64 * 1024  # work on more than this runs on a worker thread
+
+
+async def off_loop(function: Callable[..., T], *args: Any, size: int) -> T:
+    """``function(*args)``, on a worker thread when ``size`` (bytes or characters) is
+    over :data:`INLINE_BYTES`: decoding and hashing up to ``max_output_bytes`` must not
+    stall every other request (issue 6, fault 7)."""
+    if size > INLINE_BYTES:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def has_files(value: Any, file_hosts: Collection[str] = ()) -> bool:
+    """Whether ``value`` (an output) holds a file :meth:`OutputCopier.copy` would copy."""
+    hosts = {h.lower() for h in file_hosts}
+    if isinstance(value, str):
+        return _is_file(value, hosts)
+    if isinstance(value, list):
+        return any(has_files(item, hosts) for item in value)
+    if isinstance(value, dict):
+        return any(has_files(item, hosts) for item in value.values())
+    return False
 
 
 def _is_file(value: str, hosts: set[str]) -> bool:

@@ -10,20 +10,20 @@ webhook is still noticed. Jobs whose provider cannot be asked are only reschedul
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from datetime import datetime, timedelta
 
 from contracts.errors import CapabilityMissing, CutoverError, UpstreamRetryable
-from contracts.job import Job, JobState
+from contracts.job import Job
 from contracts.snapshot import ProviderRef, ProviderSnapshot
+from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import Notifier
 from gateway.providers import Provider
-from gateway.store.jobs import JobStore, Progress
+from gateway.store.jobs import JobStore
 
 __all__ = ["Poller", "provider_ref"]
 
@@ -67,18 +67,19 @@ class Poller(Loop):
 
     async def run_once(self) -> int:
         jobs = await self._store.claim_fetch(self._batch)
-        await asyncio.gather(*(self._guarded(job) for job in jobs))
+        await boundary.each(jobs, self._check, self._failed)
         return len(jobs)
 
-    async def _guarded(self, job: Job) -> None:
-        """One job's boundary: whatever a provider answers, the loop goes on."""
-        try:
-            await self._check(job)
-        except Exception:  # a bug or an unforeseen answer: log it, check again later
-            log.exception("fetch_crashed", extra={"job_id": job.id, "provider": job.provider})
-            await self._store.release(
-                job.id, next_attempt_at=self._next(job, self._providers.get(job.provider))
-            )
+    async def _failed(self, job: Job, exc: BaseException, verdict: boundary.Verdict) -> None:
+        """One job's check raised (:mod:`gateway.boundary`): release it with a backoff
+        (retryable) or at its usual interval (permanent); its siblings are unaffected."""
+        provider = self._providers.get(job.provider)
+        context = {"job_id": job.id, "provider": job.provider, "error": boundary.describe(exc)}
+        log.warning("fetch_item_failed", extra={**context, "verdict": verdict.value})
+        due = self._next(job, provider)
+        if verdict is boundary.Verdict.RETRY:
+            due = self._clock() + timedelta(seconds=self._rng.uniform(0, self._interval_s * 4))
+        await self._store.release(job.id, next_attempt_at=due)
 
     async def _check(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
@@ -112,10 +113,7 @@ class Poller(Loop):
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return
-        state = snapshot.state if snapshot.state is not JobState.CREATING else JobState.QUEUED
-        updated = await self._store.apply_progress(
-            job.id, Progress(state, snapshot.raw_status, snapshot.output, snapshot.logs)
-        )
+        updated = await self._store.apply_progress(job.id, self._finalizer.progress(job, snapshot))
         if updated is not None:
             self._notifier.job_changed(job.id, updated)
         await self._store.release(job.id, next_attempt_at=self._next(job, provider))

@@ -30,7 +30,7 @@ from gateway.routing import Router
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
-from gateway.webhooks import ssrf
+from gateway.webhooks import signing, ssrf
 
 __all__ = [
     "PAGE_SIZE",
@@ -186,6 +186,7 @@ class PredictionService:
         Conflict
             The idempotency key was used for another request.
         """
+        _check_carriable(request)
         key = options.stored_idempotency_key
         fingerprint = _fingerprint(target, request, options.cancel_after_s)
         if key is not None:
@@ -347,6 +348,21 @@ def _fingerprint(target: str, request: CreatePrediction, cancel_after_s: float |
         fields["cancel_after_s"] = cancel_after_s
     body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _check_carriable(request: CreatePrediction) -> None:
+    """Refuse an input that outbound webhooks could not carry (an integer no double can
+    hold, such as ``10**309`` written out in full): it would end no prediction otherwise.
+
+    Raises
+    ------
+    ContractViolation
+        The input cannot be written as the JSON the gateway sends.
+    """
+    try:
+        signing.compact_json(request.input)
+    except (ValueError, TypeError) as exc:
+        raise ContractViolation(f"input cannot be carried in JSON: {exc}") from None
 
 
 def _reused_key(options: CreateOptions) -> Conflict:

@@ -9,10 +9,14 @@ Each round:
 2. submitted jobs with a cancel request, or past their deadline, get a provider cancel,
    sent again every ``cancel_resend_s`` until a terminal event arrives (Cog may answer 200
    to a cancel and still miss it: providers.md §1.7); the provider's terminal event
-   decides the outcome;
+   decides the outcome. The cancel is claimed (marked sent) before it is sent, so several
+   gateway processes send one;
 3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline) end
    ``canceled``; jobs older than ``max_job_lifetime_s`` (without a deadline of their own)
    are canceled upstream and end ``failed``.
+
+Every job is one item (:func:`gateway.boundary.each`): one that fails waits for the next
+round and never stops the others' cancels and deadlines.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from datetime import timedelta
 
 from contracts.errors import CutoverError
 from contracts.job import Job, JobState
+from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.http.wire import timestamp
@@ -66,25 +71,31 @@ class Reaper(Loop):
         self._clock = clock
 
     async def run_once(self) -> int:
-        handled = 0
-        for job in await self._store.unsubmitted_to_cancel(self._batch):
-            await self._finalizer.finish_here(job, JobState.CANCELED, _why_unsubmitted(job))
-            handled += 1
+        unsubmitted = await self._store.unsubmitted_to_cancel(self._batch)
+        await boundary.each(unsubmitted, self._end_unsubmitted, self._failed)
         now = self._clock()
-        for job in await self._store.submitted_to_cancel(now - self._resend, self._batch):
-            await self._cancel_upstream(job)
-            handled += 1
+        cancels = await self._store.claim_cancels(now - self._resend, self._batch)
+        await boundary.each(cancels, self._send_cancel, self._failed)
         overdue = await self._store.overdue(
             cancel_before=now - self._grace,
             created_before=now - self._lifetime,
             limit=self._batch,
         )
-        for job in overdue:
-            await self._expire(job)
-            handled += 1
-        return handled
+        await boundary.each(overdue, self._expire, self._failed)
+        return len(unsubmitted) + len(cancels) + len(overdue)
 
-    async def _cancel_upstream(self, job: Job) -> None:
+    async def _failed(self, job: Job, exc: BaseException, verdict: boundary.Verdict) -> None:
+        """One job's cancel or deadline raised: it is tried again next round (a cancel
+        after ``cancel_resend_s``); every other job goes on."""
+        log.warning(
+            "reaper_item_failed",
+            extra={"job_id": job.id, "error": boundary.describe(exc), "verdict": verdict.value},
+        )
+
+    async def _end_unsubmitted(self, job: Job) -> None:
+        await self._finalizer.finish_here(job, JobState.CANCELED, _why_unsubmitted(job))
+
+    async def _send_cancel(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
         if (
             provider is not None
@@ -95,6 +106,9 @@ class Reaper(Loop):
                 await provider.adapter.cancel(provider_ref(job))
             except CutoverError as exc:
                 log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
+
+    async def _cancel_upstream(self, job: Job) -> None:
+        await self._send_cancel(job)
         await self._store.mark_cancel_sent(job.id)
 
     async def _expire(self, job: Job) -> None:

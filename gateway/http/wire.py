@@ -66,6 +66,13 @@ def prediction(
     if stream_secret is not None:
         token = stream.stream_token(stream_secret, job.id)
         urls["stream"] = f"{base_url}/streams/{job.id}?t={token}"
+    shown = replicate_status(job.state)
+    if status is not None and status != shown:
+        # A rewritten status is consistent as a whole: a ``starting`` answer carries no
+        # output, logs or start time, or the Python client's iterator would count those
+        # items as delivered and skip them later (issue 6, fault 10).
+        job = job.model_copy(update={"output": None, "logs": None, "started_at": None})
+        shown = status
     return Prediction(
         id=job.id,
         model=job.model,
@@ -74,7 +81,7 @@ def prediction(
         output=None if job.data_removed else job.output,
         logs=job.logs or "",
         error=job.error,
-        status=status or replicate_status(job.state),  # type: ignore[arg-type]
+        status=shown,  # type: ignore[arg-type]
         created_at=timestamp(job.created_at) or "",
         started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at),

@@ -12,10 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
 from gateway.fairness import Candidate
 from gateway.store import lease
+from gateway.store.ordering import lock_key
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
@@ -33,6 +35,23 @@ whose idempotent submit learns the provider's id, so a cancel or deadline reache
 provider (docs/reliability.md, "Crash soak")."""
 
 
+def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
+    """How many jobs ``provider`` has in flight: submitted and active, or leased for
+    dispatch right now (a submit under way in some process)."""
+    return (
+        sa.select(sa.func.count())
+        .select_from(jobs)
+        .where(
+            jobs.c.provider == provider,
+            jobs.c.state.in_(_ACTIVE),
+            sa.or_(
+                jobs.c.submitted_at.is_not(None),
+                sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
+            ),
+        )
+    )
+
+
 class Claims(lease.Leasing):
     """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
 
@@ -43,18 +62,20 @@ class Claims(lease.Leasing):
     async def claim_dispatch(
         self,
         provider: str,
-        limit: int,
+        max_concurrency: int,
         order: Callable[[list[Candidate], int], list[Candidate]] | None = None,
     ) -> list[Job]:
-        """Lease up to ``limit`` unsubmitted, due jobs of ``provider``.
+        """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
+        provider's jobs in flight (submitted and active, or leased for dispatch right now,
+        by any process).
 
-        Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
-        each API token's ``limit`` first waiting jobs (by priority, then age) are the
-        candidates (a window function, so a token with thousands waiting cannot crowd
-        the others out) and ``order`` picks which go, in which order.
+        Count and claim are one transaction serialised per provider (a transaction-scoped
+        advisory lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so the limit holds
+        across gateway processes. Without ``order``, oldest first. With it
+        (:func:`gateway.fairness.fair_order`), each API token's first waiting jobs (by
+        priority, then age) are the candidates (a window function, so a token with
+        thousands waiting cannot crowd the others out) and ``order`` picks which go.
         """
-        if limit <= 0:
-            return []
         now = self._clock()
         waiting = [
             jobs.c.provider == provider,
@@ -70,23 +91,37 @@ class Claims(lease.Leasing):
             sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
             lease.unleased(jobs, now),
         ]
-        if order is None:
-            due = (
-                sa.select(jobs.c.id)
-                .where(*waiting)
-                .order_by(jobs.c.created_at, jobs.c.id)
-                .limit(limit)
+        rank: dict[str, int] | None = None
+        async with self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
+            busy = int((await conn.execute(_in_flight(provider, now))).scalar_one())
+            limit = max_concurrency - busy
+            if limit <= 0:
+                return []
+            if order is None:
+                due = (
+                    sa.select(jobs.c.id)
+                    .where(*waiting)
+                    .order_by(jobs.c.created_at, jobs.c.id)
+                    .limit(limit)
+                )
+            else:
+                chosen = order(await self._candidates(conn, waiting, limit), limit)
+                if not chosen:
+                    return []
+                due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
+                rank = {c.id: i for i, c in enumerate(chosen)}
+            until = now + self._lease_length
+            rows = await lease.claim(
+                conn, jobs, due, owner=self._owner, until=until, raw_status=SUBMITTING
             )
-            return await self._lease(due, now, raw_status=SUBMITTING)
-        chosen = order(await self._candidates(waiting, limit), limit)
-        if not chosen:
-            return []
-        due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
-        rank = {c.id: i for i, c in enumerate(chosen)}
-        leased = await self._lease(due, now, raw_status=SUBMITTING)
-        return sorted(leased, key=lambda job: rank[job.id])
+        found = [_job(row) for row in rows]
+        return found if rank is None else sorted(found, key=lambda job: rank[job.id])
 
-    async def _candidates(self, waiting: list[Any], per_owner: int) -> list[Candidate]:
+    async def _candidates(
+        self, conn: AsyncConnection, waiting: list[Any], per_owner: int
+    ) -> list[Candidate]:
         position = sa.func.row_number().over(
             partition_by=jobs.c.owner,
             order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
@@ -105,9 +140,8 @@ class Claims(lease.Leasing):
             .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
             .limit(max(per_owner * 64, 512))
         )
-        async with self._engine.connect() as conn:
-            rows = await conn.execute(query)
-            return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
+        rows = await conn.execute(query)
+        return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
 
     async def claim_fetch(self, limit: int) -> list[Job]:
         """Lease up to ``limit`` submitted, active jobs whose next check is due."""
@@ -168,7 +202,7 @@ class Claims(lease.Leasing):
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
-                .where(jobs.c.id == job_id, jobs.c.lost_at.is_(None))
+                .where(jobs.c.id == job_id, jobs.c.state.in_(_ACTIVE), jobs.c.lost_at.is_(None))
                 .values(lost_at=now, updated_at=now)
             )
             return (
@@ -205,7 +239,11 @@ class Claims(lease.Leasing):
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
-                .where(jobs.c.id == job_id, jobs.c.lease_owner == self._owner)
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.state.in_(_ACTIVE),
+                    jobs.c.lease_owner == self._owner,
+                )
                 .values(
                     lease_owner=None,
                     leased_until=None,
@@ -253,11 +291,13 @@ class Claims(lease.Leasing):
         return await self.get(job_id)
 
     async def mark_cancel_sent(self, job_id: str) -> None:
-        """Record that the provider was asked to cancel."""
+        """Record that the provider was asked to cancel (active jobs only)."""
         now = self._clock()
         async with self._engine.begin() as conn:
             await conn.execute(
-                jobs.update().where(jobs.c.id == job_id).values(cancel_sent_at=now, updated_at=now)
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state.in_(_ACTIVE))
+                .values(cancel_sent_at=now, updated_at=now)
             )
 
     async def unsubmitted_to_cancel(self, limit: int) -> list[Job]:
@@ -277,26 +317,35 @@ class Claims(lease.Leasing):
         )
         return await self._select(query)
 
-    async def submitted_to_cancel(self, resend_before: datetime, limit: int) -> list[Job]:
-        """Submitted active jobs that need a provider cancel (again).
+    async def claim_cancels(self, resend_before: datetime, limit: int) -> list[Job]:
+        """Claim submitted active jobs that need a provider cancel (again).
 
         A cancel is due when one was requested or the deadline passed, and none was sent
         yet or the last one went out before ``resend_before`` without a terminal event
         following (a provider may acknowledge a cancel and still miss it: providers.md
-        §1.7).
+        §1.7). The claim marks the cancel sent (``cancel_sent_at``) before it is sent:
+        that mark is the cancel's lease, so however many processes run, one cancel goes
+        out per job per resend interval.
         """
         now = self._clock()
-        query = (
-            sa.select(jobs)
-            .where(
-                jobs.c.state.in_(_ACTIVE),
-                jobs.c.submitted_at.is_not(None),
-                sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
-                sa.or_(jobs.c.cancel_sent_at.is_(None), jobs.c.cancel_sent_at <= resend_before),
-            )
-            .limit(limit)
+        due = sa.and_(
+            jobs.c.state.in_(_ACTIVE),
+            jobs.c.submitted_at.is_not(None),
+            sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now),
+            sa.or_(jobs.c.cancel_sent_at.is_(None), jobs.c.cancel_sent_at <= resend_before),
         )
-        return await self._select(query)
+        async with self._engine.begin() as conn:
+            query = sa.select(jobs.c.id).where(due).limit(limit)
+            ids = list((await conn.execute(query.with_for_update(skip_locked=True))).scalars())
+            if not ids:
+                return []
+            rows = await conn.execute(
+                jobs.update()
+                .where(jobs.c.id.in_(ids), due)
+                .values(cancel_sent_at=now, updated_at=now)
+                .returning(*jobs.c)
+            )
+            return [_job(row) for row in rows]
 
     async def overdue(
         self, *, cancel_before: datetime, created_before: datetime, limit: int

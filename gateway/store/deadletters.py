@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.clock import Clock, utcnow
-from gateway.store import outbox
+from gateway.store import deliveries, outbox
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
@@ -97,7 +97,7 @@ class DeadLetterRows:
                 .returning(table.c.id, table.c.url)
             )
         ).all()
-        urls = {row.url for row in rows}
+        urls = {deliveries.endpoint_key(row.url) for row in rows}
         if urls:
             await conn.execute(endpoints.delete().where(endpoints.c.url.in_(urls)))
         return sorted(row.id for row in rows)

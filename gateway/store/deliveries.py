@@ -11,6 +11,7 @@ was delivered. An outcome is stored only while its sender still holds the lease.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from gateway.store import lease, outbox
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
-__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow"]
+__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow", "endpoint_key"]
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +137,32 @@ def _outbox_row(row: sa.Row[Any]) -> OutboxRow:
     )
 
 
+def endpoint_key(url: str) -> str:
+    """How ``endpoints`` remembers a URL: as written, or ``sha256:<hex>`` of it when it is
+    longer than the column (:data:`MAX_ENDPOINT_URL_CHARS`), so a 410 from any URL holds."""
+    if len(url) <= MAX_ENDPOINT_URL_CHARS:
+        return url
+    return "sha256:" + hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def _long_url_reasons(
+    conn: AsyncConnection, picked: Sequence[sa.Row[Any]]
+) -> dict[str, str]:
+    """Disabled reasons of picked rows whose URL is too long to match ``endpoints`` in SQL."""
+    keys = {endpoint_key(r.url) for r in picked if len(r.url) > MAX_ENDPOINT_URL_CHARS}
+    if not keys:
+        return {}
+    query = sa.select(endpoints.c.url, endpoints.c.reason).where(endpoints.c.url.in_(keys))
+    return {row.url: row.reason for row in await conn.execute(query)}
+
+
 async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]) -> set[int]:
     settled: set[int] = set()
+    long_urls = await _long_url_reasons(conn, picked)
     for row in picked:
-        if row.disabled_reason is not None:
-            status, error = outbox.DEAD, f"not sent: {row.disabled_reason}"
+        disabled = row.disabled_reason or long_urls.get(endpoint_key(row.url))
+        if disabled is not None:
+            status, error = outbox.DEAD, f"not sent: {disabled}"
         elif row.event != COMPLETED and row.completed_sent:
             status, error = outbox.SUPERSEDED, "not sent: the completed event was delivered"
         else:
@@ -198,13 +220,12 @@ def _due(now: datetime, limit: int) -> sa.Select[Any]:
 async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
     """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
     reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
-    if len(url) <= MAX_ENDPOINT_URL_CHARS:
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        await conn.execute(
-            insert(endpoints)
-            .values(url=url, disabled_at=now, reason=reason)
-            .on_conflict_do_nothing(index_elements=[endpoints.c.url])
-        )
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    await conn.execute(
+        insert(endpoints)
+        .values(url=endpoint_key(url), disabled_at=now, reason=reason)
+        .on_conflict_do_nothing(index_elements=[endpoints.c.url])
+    )
     await conn.execute(
         table.update()
         .where(table.c.url == url, table.c.status == outbox.PENDING, lease.unleased(table, now))

@@ -3,17 +3,22 @@
 The queue half (claims, releases, cancels, deadlines) is :class:`gateway.store.claims.Claims`;
 the values it takes and returns are in :mod:`gateway.store.records`.
 
-Transitions are guarded SQL (STYLE.md rule 11): an update names the states it may move
-from, and no row updated means "someone else already moved it". Outbox rows caused by a
-transition are written in the same transaction (see :mod:`gateway.store.outbox`). Claims take a
-time-limited lease; on PostgreSQL the candidate rows are locked with
-``FOR UPDATE SKIP LOCKED``, on SQLite ``BEGIN IMMEDIATE`` serialises writers.
+Transitions are guarded SQL (STYLE.md rule 11): every statement that changes a job names
+the states it may move from (the table is in :mod:`gateway.store`), and no row updated
+means "someone else already moved it". Nothing moves a job backwards: a non-terminal
+snapshot older than what the job holds writes none of its state, output, logs or raw
+status (:func:`gateway.store.ordering.moves_back`). Outbox rows caused by a transition
+are written in the same transaction (:mod:`gateway.store.outbox`); their payload is
+built before it begins. Claims take a time-limited lease; on PostgreSQL the candidate
+rows are locked with ``FOR UPDATE SKIP LOCKED``, on SQLite ``BEGIN IMMEDIATE``
+serialises writers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,11 +26,12 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from contracts.errors import Conflict, NotFound
-from contracts.job import Job, JobState, can_transition
+from contracts.errors import Conflict, NotFound, ServiceUnavailable
+from contracts.job import Job, JobState
 from gateway.clock import Clock, utcnow
-from gateway.store import outbox
+from gateway.store import errors, ordering, outbox
 from gateway.store.claims import Claims
+from gateway.store.ordering import moves_back, outcome_values, progress_values
 from gateway.store.reader import GET_JOB, SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import TERMINAL as _TERMINAL
@@ -37,12 +43,12 @@ from gateway.store.records import (
     ValueRefused,
 )
 from gateway.store.records import job_from_row as _job
-from gateway.store.records import storable_text as _text
 from gateway.store.schema import assets, jobs
 
 __all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress", "ValueRefused"]
 
 _BATCH = 500
+_MAX_RACES = 5
 
 
 class JobStore(Claims):
@@ -253,9 +259,13 @@ class JobStore(Claims):
     async def mark_submitted(
         self, job_id: str, provider_job_id: str, progress: Progress, next_check_at: datetime | None
     ) -> Job | None:
-        """Record that the provider accepted the job; apply its first snapshot."""
+        """Record that the provider accepted the job; apply its first snapshot.
+
+        Returns None when the job already ended (canceled, or finished by a webhook that
+        overtook the submit); its provider job id and submit time are recorded anyway.
+        """
         now = self._clock()
-        return await self._transition(
+        done = await self._transition(
             job_id,
             progress,
             extra={
@@ -268,6 +278,17 @@ class JobStore(Claims):
             allowed=_ACTIVE,
             force=True,
         )
+        if done is None:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    jobs.update()
+                    .where(jobs.c.id == job_id, jobs.c.provider_job_id.is_(None))
+                    .values(
+                        provider_job_id=provider_job_id,
+                        submitted_at=sa.func.coalesce(jobs.c.submitted_at, now),
+                    )
+                )
+        return done
 
     async def apply_progress(self, job_id: str, progress: Progress) -> Job | None:
         """Record a non-terminal snapshot (forward state, output, logs) and its events."""
@@ -282,37 +303,68 @@ class JobStore(Claims):
         allowed: list[str],
         force: bool = False,
     ) -> Job | None:
-        now = self._clock()
-        async with self._engine.begin() as conn:
-            old = await self._locked(conn, job_id)
-            if old is None or old.state.value not in allowed:
+        """Apply a non-terminal snapshot (and ``extra`` columns) to a job in ``allowed``.
+
+        A snapshot older than what the job holds (:func:`moves_back`) changes nothing of
+        the job's state, output, logs or raw status; ``extra`` is still written when
+        ``force``. Returns the new job, or None when nothing was written.
+        """
+
+        def decide(old: Job) -> dict[str, Any] | None:
+            if old.state.value not in allowed:
                 return None
-            values: dict[str, Any] = {"raw_status": progress.raw_status, "updated_at": now}
-            values.update(extra)
-            if can_transition(old.state, progress.state):
-                values["state"] = progress.state.value
-                if progress.state is JobState.RUNNING and old.started_at is None:
-                    values["started_at"] = now
-            elif not force and progress.output == old.output and progress.logs == old.logs:
-                await conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
-                return old
-            if progress.output is not None:
-                values["output"] = progress.output
-            if progress.logs is not None:
-                values["logs"] = _text(progress.logs)
-            row = (
-                await conn.execute(
-                    jobs.update()
-                    .where(jobs.c.id == job_id, jobs.c.state.in_(allowed))
-                    .values(**values)
-                    .returning(*jobs.c)
-                )
-            ).first()
-            if row is None:
+            now = self._clock()
+            values: dict[str, Any] = dict(extra) if force else {}
+            if not moves_back(old, progress):
+                values.update(progress_values(old, progress, now))
+            return {**values, "updated_at": now} if values else None
+
+        return await self._write(job_id, decide, allowed)
+
+    async def _write(
+        self,
+        job_id: str,
+        decide: Callable[[Job], dict[str, Any] | None],
+        allowed: list[str],
+        also: Callable[[AsyncConnection], Awaitable[object]] | None = None,
+    ) -> Job | None:
+        """One guarded write: ``decide`` the columns from the job as read, build the
+        outbox payload on a worker thread before the transaction (holding the row lock, and
+        SQLite's one connection, meanwhile would stall writers), then write if the locked
+        row is still the job that was read; otherwise read and decide again."""
+        for _ in range(_MAX_RACES):
+            old = await self._read(job_id)
+            values = None if old is None else decide(old)
+            if old is None or values is None:
                 return None
-            new = _job(row)
-            await self._planner.write(conn, old, new, now)
-            return new
+            predicted = ordering.predicted(old, values)
+            plan = await asyncio.to_thread(self._planner.plan, old, predicted)
+            async with self._engine.begin() as conn:
+                if await self._locked(conn, job_id) != old:
+                    continue  # changed since it was read: decide again
+                row = (
+                    await conn.execute(
+                        jobs.update()
+                        .where(jobs.c.id == job_id, jobs.c.state.in_(allowed))
+                        .values(**values)
+                        .returning(*jobs.c)
+                    )
+                ).first()
+                if row is None:
+                    return None
+                new = _job(row)
+                if new != predicted:  # the store normalised a value: plan what it holds
+                    plan = self._planner.plan(old, new)
+                if also is not None:
+                    await also(conn)
+                await self._planner.write(conn, old, new, plan, self._clock())
+                return new
+        raise ServiceUnavailable(f"prediction {job_id} kept changing while it was written")
+
+    async def _read(self, job_id: str) -> Job | None:
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
+        return None if row is None else _job(row)
 
     async def _locked(self, conn: AsyncConnection, job_id: str) -> Job | None:
         row = (
@@ -331,52 +383,26 @@ class JobStore(Claims):
         Raises
         ------
         ValueRefused
-            The database raised a DBAPI error while recording the outcome.
+            The store refuses a value of the outcome (:func:`gateway.store.errors.refused`);
+            a transient error is raised as is, so the caller retries rather than fail it.
         """
         try:
             return await self._finish(job_id, outcome)
         except DBAPIError as exc:
+            if not errors.refused(exc):
+                raise
             raise ValueRefused(type(exc).__name__, type(exc.orig).__name__) from exc
 
     async def _finish(self, job_id: str, outcome: Outcome) -> Job | None:
-        now = self._clock()
-        async with self._engine.begin() as conn:
-            old = await self._locked(conn, job_id)
-            if old is None or old.state.terminal:
-                return None
-            values: dict[str, Any] = {
-                "state": outcome.state.value,
-                "raw_status": outcome.raw_status,
-                "error": _text(outcome.error),
-                "metrics": outcome.metrics or {},
-                "completed_at": now,
-                "updated_at": now,
-                "next_attempt_at": None,
-                "lease_owner": None,
-                "leased_until": None,
-            }
-            # Failed and canceled jobs keep no output: only copied files are owned.
-            values["output"] = outcome.output if outcome.state is JobState.COMPLETED else None
-            if outcome.logs is not None:
-                values["logs"] = _text(outcome.logs)
-            if old.started_at is None and outcome.state is JobState.COMPLETED:
-                values["started_at"] = old.submitted_at or now
-            row = (
-                await conn.execute(
-                    jobs.update()
-                    .where(jobs.c.id == job_id, jobs.c.state.in_(_ACTIVE))
-                    .values(**values)
-                    .returning(*jobs.c)
-                )
-            ).first()
-            if row is None:
-                return None
+        def decide(old: Job) -> dict[str, Any] | None:
+            return None if old.state.terminal else outcome_values(old, outcome, self._clock())
+
+        async def record_assets(conn: AsyncConnection) -> None:
             if outcome.assets:
+                now = self._clock()
                 await conn.execute(
                     assets.insert(),
                     [{**a.__dict__, "job_id": job_id, "created_at": now} for a in outcome.assets],
                 )
-            new = _job(row)
-            await self._planner.write(conn, old, new, now)
-            return new
 
+        return await self._write(job_id, decide, _ACTIVE, also=record_assets)

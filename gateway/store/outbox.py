@@ -15,13 +15,15 @@ Rules:
   after the previous one of its kind (at most one per 500 ms by default);
 * the ``completed`` event supersedes every not-yet-sent non-terminal event of the job,
   so no non-terminal snapshot is ever sent after the terminal one;
-* each payload is the full prediction, serialised once, as compact JSON.
+* each payload is the full prediction, serialised once, as compact JSON, before the
+  transaction that writes it (:meth:`Planner.plan`, then :meth:`Planner.write`).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -29,10 +31,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
 from gateway.http import wire
+from gateway.store.errors import ValueRefused
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
 
-__all__ = ["DEFAULT_EVENTS", "PENDING", "Planner", "new_msg_id"]
+__all__ = ["DEFAULT_EVENTS", "PENDING", "Plan", "Planner", "new_msg_id"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,14 @@ def log_transition(old: Job | None, new: Job) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The outbox events of one transition and their serialised payload."""
+
+    events: tuple[str, ...] = ()
+    payload: str | None = None
+
+
 class Planner:
     """Writes the outbox rows of a transition.
 
@@ -115,21 +126,43 @@ class Planner:
         self._stream_secret = stream_secret
         self._throttle = timedelta(seconds=throttle_s)
 
-    async def write(self, conn: AsyncConnection, old: Job | None, new: Job, now: datetime) -> int:
-        """Insert (or coalesce) the events for ``old -> new``; return how many are new.
+    def plan(self, old: Job | None, new: Job) -> Plan:
+        """The events ``old -> new`` causes (after the app's filter) and their payload.
+
+        Pure and CPU-bound for a large prediction: the store calls it outside its write
+        transaction, on a worker thread.
+
+        Raises
+        ------
+        ValueRefused
+            The prediction cannot be written as the JSON webhooks carry (an integer no
+            double can hold, a NaN...).
+        """
+        if new.webhook is None:
+            return Plan()
+        wanted = set(new.webhook_events_filter or DEFAULT_EVENTS)
+        events = tuple(e for e in events_for(old, new) if e in wanted)
+        if not events:
+            return Plan()
+        try:
+            body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
+            payload = signing.compact_json(body.wire()).decode()
+        except (ValueError, TypeError) as exc:
+            raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc
+        return Plan(events, payload)
+
+    async def write(
+        self, conn: AsyncConnection, old: Job | None, new: Job, plan: Plan, now: datetime
+    ) -> int:
+        """Insert (or coalesce) the planned events of ``old -> new``; return how many are new.
 
         Every state change passes here, so it is also where ``job_transition`` is logged.
         """
         if old is None or old.state is not new.state:
             log_transition(old, new)
-        if new.webhook is None:
+        events, payload = plan.events, plan.payload
+        if not events or payload is None:
             return 0
-        wanted = set(new.webhook_events_filter or DEFAULT_EVENTS)
-        events = [e for e in events_for(old, new) if e in wanted]
-        if not events:
-            return 0
-        body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
-        payload = signing.compact_json(body.wire()).decode()
         if "completed" in events:
             await conn.execute(
                 outbox.update()

@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
+from gateway.store.errors import ValueRefused
 
 __all__ = [
     "ACTIVE",
@@ -85,18 +86,6 @@ class Outcome:
     error: str | None = None
     metrics: dict[str, Any] | None = None
     assets: Sequence[AssetRecord] = ()
-
-
-class ValueRefused(Exception):
-    """The database refused to store a value.
-
-    ``error`` names the store's error class, ``cause`` the database driver's.
-    """
-
-    def __init__(self, error: str, cause: str) -> None:
-        super().__init__(f"{error} ({cause})")
-        self.error = error
-        self.cause = cause
 
 
 def storable_text(value: str | None) -> str | None:

@@ -39,6 +39,7 @@ from datetime import datetime
 import aiohttp
 from yarl import URL
 
+from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.config import WebhookSettings
 from gateway.loop import Loop
@@ -188,9 +189,10 @@ class Delivery(Loop):
             rows, settled = await self.claim(free)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the loop boundary: log and keep going
-            log.exception("loop_round_failed", extra={"loop": self.name})
+        except Exception as exc:  # noqa: BLE001 (the loop boundary: Outage logs it once)
+            self._outage.failed(exc)
             return 0
+        self._outage.succeeded()
         for row in rows:
             task = asyncio.create_task(self._attempt_guarded(row))
             in_flight.add(task)
@@ -292,26 +294,34 @@ class Delivery(Loop):
         self, row: OutboxRow, result: Attempt, decision: Decision, now: datetime
     ) -> bool:
         """Store the outcome if this process still holds the lease; True if it did."""
-        recorded = await self._queue.record(
-            row.id,
-            status=decision.status,
-            next_attempt_at=decision.next_attempt_at,
-            status_code=result.status_code,
-            error=decision.error,
-            now=now,
-            disable_url=row.url if decision.disable_endpoint else None,
+        # The POST happened: record it through a blip in the store rather than send twice.
+        recorded = await boundary.retry_store(
+            lambda: self._queue.record(
+                row.id,
+                status=decision.status,
+                next_attempt_at=decision.next_attempt_at,
+                status_code=result.status_code,
+                error=decision.error,
+                now=now,
+                disable_url=row.url if decision.disable_endpoint else None,
+            )
         )
         if decision.disable_endpoint:
-            log.warning("webhook_endpoint_disabled", extra={"host": URL(row.url).host})
+            log.warning("webhook_endpoint_disabled", extra={"host": _host(row.url)})
         return recorded
 
 
 def _host(url: str) -> str:
-    """The receiving host of a webhook URL (lower case; the whole URL if unparsable)."""
+    """The receiving host of a webhook URL, lower case: as decoded when yarl can decode
+    it (IDNA), as written when not (``xn--zz.test``), the whole URL if unparsable."""
     try:
-        return (URL(url).host or url).lower()
+        parsed = URL(url)
     except ValueError:
         return url
+    try:
+        return (parsed.host or url).lower()
+    except ValueError:  # a host yarl parses but cannot IDNA-decode
+        return (parsed.raw_host or url).lower()
 
 
 def _log_outcome(row: OutboxRow, result: Attempt, decision: Decision, recorded: bool) -> None:
@@ -322,7 +332,7 @@ def _log_outcome(row: OutboxRow, result: Attempt, decision: Decision, recorded: 
         "attempt": row.attempts,
         "status_code": result.status_code,
         "outcome": decision.status,
-        "host": URL(row.url).host,
+        "host": _host(row.url),
     }
     if not recorded:
         log.warning("webhook_outcome_lost_lease", extra=context)

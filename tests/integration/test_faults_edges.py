@@ -143,6 +143,7 @@ async def test_fault_09_an_input_json_cannot_carry_ends_alone(
             await gateway.client.post(f"/v1/predictions/{job_id}/cancel", headers=gateway.headers)
     await _rounds(gateway)
     assert f"fake-{other}" in gateway.fake.cancel_calls
+    await observe(gateway, other, JobState.CANCELED)  # the provider confirms
     assert (await gateway.get(other))["status"] == "canceled"
     if bad is not None:
         assert (await gateway.get(bad))["status"] in TERMINAL

@@ -174,6 +174,7 @@ async def finished(gateway: GatewayHarness, ids: list[str], receiver: Receiver) 
     return len(completed) == len(ids)
 
 
+@pytest.mark.timeout(900)
 async def test_500_predictions_under_injected_faults_end_as_their_provider_reported(
     make_gateway: Any, receiver: Receiver
 ) -> None:
@@ -195,10 +196,17 @@ async def test_500_predictions_under_injected_faults_end_as_their_provider_repor
         }
 
         async def run() -> None:
+            rounds = 0
             while not await finished(gateway, ids, receiver):
                 await gateway_round(gateway)
                 await provider_tick(gateway, scripts, rng)
                 await asyncio.sleep(0.005)
+                rounds += 1
+                if rounds % 50 == 0:
+                    done = len({r.payload["id"] for r in receiver.received})
+                    steps = Counter(s.step for s in scripts.values())
+                    log.warning("soak_progress %s rounds, %s completed, steps %s",
+                                rounds, done, dict(steps))
 
         await asyncio.wait_for(run(), 600)
         faults.restore()

@@ -21,7 +21,6 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.http import keys
 from tests.support.gateway import GatewayHarness
 
 __all__ = [
@@ -42,7 +41,7 @@ Statement = Callable[[str, dict[str, Any]], bool]
 
 def engine_of(gateway: GatewayHarness) -> AsyncEngine:
     """The engine of the app under test (the one place tests reach for it)."""
-    return gateway.app[keys.ENGINE]
+    return gateway.store.engine
 
 
 def loop_named(gateway: GatewayHarness, name: str) -> Any:
