@@ -116,7 +116,7 @@ async def test_fault_06_an_event_is_marked_processed_only_by_its_lease_holder(
         monkeypatch.setattr(harness.store, "apply_progress", _gated(harness, name, gates, entered))
     later = loop_named(two, "events")
     events = later._events  # process two's event store: its clock is past one's lease
-    lease = events._lease
+    lease = events._lease_length
     monkeypatch.setattr(events, "_clock", lambda: utcnow() + lease + timedelta(seconds=1))
     first = asyncio.create_task(loop_named(one, "events").run_once())
     await wait_until(lambda: "one" in entered)
