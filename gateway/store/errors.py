@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import sqlalchemy.exc as sa_exc
 
+from gateway.store import db
+
 __all__ = ["ValueRefused", "refused", "transient"]
 
-_TRANSIENT_STATES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "53400"}
+_TRANSIENT_STATES = {"40001", "40P01", "55P03"}
 _TRANSIENT_SQLITE = ("locked", "busy", "disk i/o error", "unable to open")
 
 
@@ -50,18 +52,20 @@ def _sqlstate(exc: sa_exc.DBAPIError) -> str:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is a database failure that may pass on a later try."""
-    if isinstance(exc, sa_exc.DBAPIError):
-        state = _sqlstate(exc)
-        if exc.connection_invalidated or state in _TRANSIENT_STATES or state.startswith("08"):
-            return True
-        if isinstance(exc, sa_exc.InterfaceError):
-            return True
-        if isinstance(exc, sa_exc.OperationalError):
-            text = str(exc.orig).lower()
-            return not state or any(word in text for word in _TRANSIENT_SQLITE)
+    """Whether ``exc`` is a database failure that may pass on a later try: the database
+    cannot be reached (:func:`gateway.store.db.unreachable`), or it is locked, busy,
+    deadlocked or could not serialise the transaction."""
+    if db.unreachable(exc):
+        return True
+    if not isinstance(exc, sa_exc.DBAPIError):
         return False
-    return isinstance(exc, sa_exc.TimeoutError | sa_exc.DisconnectionError | ConnectionError)
+    state = _sqlstate(exc)
+    if state in _TRANSIENT_STATES:
+        return True
+    if isinstance(exc, sa_exc.OperationalError):
+        text = str(exc.orig).lower()
+        return not state or any(word in text for word in _TRANSIENT_SQLITE)
+    return False
 
 
 def refused(exc: BaseException) -> bool:
