@@ -66,13 +66,7 @@ def prediction(
     if stream_secret is not None:
         token = stream.stream_token(stream_secret, job.id)
         urls["stream"] = f"{base_url}/streams/{job.id}?t={token}"
-    shown = replicate_status(job.state)
-    if status is not None and status != shown:
-        # A rewritten status is consistent as a whole: a ``starting`` answer carries no
-        # output, logs or start time, or the Python client's iterator would count those
-        # items as delivered and skip them later (issue 6, fault 10).
-        job = job.model_copy(update={"output": None, "logs": None, "started_at": None})
-        shown = status
+    job, shown = _as_shown(job, status)
     return Prediction(
         id=job.id,
         model=job.model,
@@ -108,6 +102,7 @@ def body(
     if stream_secret is not None:
         token = stream.stream_token(stream_secret, job.id)
         urls["stream"] = f"{base_url}/streams/{job.id}?t={token}"
+    job, shown = _as_shown(job, status)
     removed = job.data_removed
     data: dict[str, Any] = {
         "id": job.id,
@@ -117,7 +112,7 @@ def body(
         "output": None if removed else job.output,
         "logs": job.logs or "",
         "error": job.error,
-        "status": status or replicate_status(job.state),
+        "status": shown,
         "created_at": timestamp(job.created_at) or "",
         "started_at": timestamp(job.started_at),
         "completed_at": timestamp(job.completed_at),
@@ -141,6 +136,16 @@ def prediction_json(
 ) -> bytes:
     """:func:`body` as compact UTF-8 JSON bytes (orjson: the hot path of GET and list)."""
     return dumps(body(job, base_url, status=status, stream_secret=stream_secret))
+
+
+def _as_shown(job: Job, status: str | None) -> tuple[Job, str]:
+    """``job`` and the status it is shown with. A rewritten status is consistent as a
+    whole: a ``starting`` answer carries no output, logs or start time, or the Python
+    client's iterator would count those items as delivered and skip them later."""
+    shown = replicate_status(job.state)
+    if status is None or status == shown:
+        return job, shown
+    return job.model_copy(update={"output": None, "logs": None, "started_at": None}), status
 
 
 def _metrics(job: Job) -> dict[str, Any]:
