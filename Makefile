@@ -3,6 +3,7 @@
 #
 #   make test    ruff, import-linter, pytest (PYTEST_ARGS="-k foo -x" to narrow it)
 #   make lint    ruff and import-linter only
+#   make soak    500 predictions under injected faults, both backends (minutes)
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
 #   make bench   every bench/*.py, if there are any
 #   make chaos   the chaos run: 1,000 predictions under faults (CHAOS_ARGS="--predictions 200")
@@ -24,7 +25,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONHOME
 
-.PHONY: venv test lint pytest demo bench chaos clean distclean
+.PHONY: venv test lint pytest soak demo bench chaos clean distclean
 
 venv: $(STAMP)
 
@@ -50,6 +51,10 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# 500 predictions under injected store and adapter faults, on every backend (minutes).
+soak: $(STAMP)
+	CUTOVER_SOAK=1 $(BIN)/python -m pytest tests/integration/test_faults_soak.py $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
