@@ -296,6 +296,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         "interval_s": gw.loop_interval_s,
     }
     base = gw.webhook_base_url
+    backoff = retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s)
     loops: list[Loop] = [
         Dispatcher(
             **common,
@@ -303,17 +304,9 @@ def build_loops(app: web.Application) -> list[Loop]:
             resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS],
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
-            backoff=retry.Backoff(
-                base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
-            ),
+            backoff=backoff,
         ),
-        EventProcessor(
-            **common,
-            events=app[_EVENTS],
-            backoff=retry.Backoff(
-                base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s
-            ),
-        ),
+        EventProcessor(**common, events=app[_EVENTS], backoff=backoff),
         Poller(**common),
         Reaper(
             **common,

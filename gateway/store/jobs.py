@@ -3,15 +3,9 @@
 The queue half (claims, releases, cancels, deadlines) is :class:`gateway.store.claims.Claims`;
 the values it takes and returns are in :mod:`gateway.store.records`.
 
-Transitions are guarded SQL (STYLE.md rule 11): every statement that changes a job names
-the states it may move from (the table is in :mod:`gateway.store`), and no row updated
-means "someone else already moved it". Nothing moves a job backwards: a non-terminal
-snapshot older than what the job holds writes none of its state, output, logs or raw
-status (:func:`gateway.store.ordering.moves_back`). Outbox rows caused by a transition
-are written in the same transaction (:mod:`gateway.store.outbox`); their payload is
-built before it begins. Claims take a time-limited lease; on PostgreSQL the candidate
-rows are locked with ``FOR UPDATE SKIP LOCKED``, on SQLite ``BEGIN IMMEDIATE``
-serialises writers.
+Transitions are guarded SQL naming their from-states (the table is in :mod:`gateway.store`);
+nothing moves a job backwards (:func:`gateway.store.ordering.moves_back`). Outbox rows of a
+transition are written in its transaction, their payload built before it begins.
 """
 
 from __future__ import annotations
