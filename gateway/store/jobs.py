@@ -1,8 +1,6 @@
 """The job store: every read and guarded write of the ``jobs`` table.
 
-The queue half (claims, releases, cancels, deadlines) is :class:`gateway.store.claims.Claims`;
-the values it takes and returns are in :mod:`gateway.store.records`.
-
+Queue half: :class:`gateway.store.claims.Claims`; values: :mod:`gateway.store.records`.
 Transitions are guarded SQL naming their from-states (the table is in :mod:`gateway.store`);
 nothing moves a job backwards (:func:`gateway.store.ordering.moves_back`). Outbox rows of a
 transition are written in its transaction, their payload built before it begins.
