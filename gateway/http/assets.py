@@ -3,6 +3,8 @@ docs/storage.md): output assets here, and the byte-serving shared with the Files
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from gateway.http import keys
@@ -53,7 +55,8 @@ async def serve_stored(
     headers = dict(_ASSET_HEADERS)
     if filename:
         headers["Content-Disposition"] = f'attachment; filename="{filename}"'
-    path = storage.path(key) if isinstance(storage, LocalStorage) else None
+    local = isinstance(storage, LocalStorage)
+    path = await asyncio.to_thread(storage.path, key) if local else None  # file system I/O
     if path is not None:
         response: web.StreamResponse = web.FileResponse(path, headers=headers)
         response.content_type = content_type or found.content_type
