@@ -1,54 +1,14 @@
 """Adapter for a self-hosted Cog server (the real server is coglet 0.23.1).
 
-Facts it relies on (../shared/specs/providers.md §1):
-
-- Submit: ``PUT /predictions/{job id}``, ``Prefer: respond-async`` (§1.12 point 1) ->
-  202 ``{"id", "status": "starting"}``; 409 (slots busy) and 503 (setup unfinished) mean
-  "not started, try later" (§1.4, §1.11, §1.12 point 2); 422 lists ``{"loc", "msg"}``.
-- Statuses ``starting -> processing -> succeeded | failed | canceled`` (§1.5) map through
-  :data:`STATUS_MAP`. An unknown status is kept as ``raw_status`` and read as ``running``,
-  so an unexpected word can never end a job: a terminal event or the watchdog does.
-- Webhooks carry ``{"id", "status", "logs", "output"?, "error"?, "metrics"}``; ``output``
-  events carry the *array* of outputs so far (§1.5). Cog filters events strictly, so
-  ``completed`` is always in our filter (§1.9). Cog signs nothing; its only secret is an
-  optional ``Authorization: Bearer $WEBHOOK_AUTH_TOKEN`` (§1.9, §7).
-- No ``GET /predictions/{id}`` (405, §1.2): :meth:`CogAdapter.fetch` is the watchdog probe
-  of §1.12 point 3, a ``PUT`` again. Cancel: 200 ``{}`` while in flight (a request, not
-  an outcome), 404 otherwise (§1.7).
-
-What a ``PUT`` of a known id returns, observed on coglet 0.23.1 (one slot, the echo model
-of ``examples/echo``, ``Prefer: respond-async``, with and without a schema file):
-
-(a) while the prediction runs: 202 with its snapshot and its *original* ``input``, e.g.
-    ``{"id", "input": {...}, "logs": "step 1/4\\n", "metrics": {}, "status":
-    "processing"}``, in about a millisecond. The probe's body is ignored (another input,
-    even one that is not an object, no webhook, no ``Prefer``): the webhook given at
-    submit keeps firing.
-(b) in flight, not yet picked up by the worker (it holds the only slot): the same shape
-    with ``"status": "starting"``. Never 409 nor 422: the in-flight lookup comes before
-    the capacity check and before input validation.
-(c) after it finished (Cog forgot the id): a new create. With the same input the model
-    **runs again**: 202 ``{"id", "status": "starting"}`` (no ``input``, ``logs`` or
-    ``metrics``), its events going to the probe's webhook. A cancel sent right after that
-    202 got 200 yet was ignored 6 times in 60 (it reaches the worker before ``predict()``
-    starts; 0 in 60 with a 5 ms gap), and the rerun then ran to its end.
-(d) after it finished, while another prediction holds the only slot: 409 ``{"error":
-    "At capacity - all prediction slots busy", "status": "failed"}``; nothing started.
-
-So the probe sends no webhook and :data:`PROBE_INPUT`, a string where Cog wants an object.
-In flight, (a) and (b) are unchanged. Forgotten, the model never runs: an image with a
-schema answers 422 (``loc: ["body", "input", "__root__"]``); one without answers 202 as
-in (c), and that prediction fails in milliseconds at input validation ("Input must be a
-JSON object"), before ``predict()`` (a best-effort cancel follows anyway). The probe reads
-as *lost* (``FAILED``, ``lost=True``): 409, that 422, a 202 without ``input``, and a
-snapshot whose input is :data:`PROBE_INPUT` (the stray of an overlapping probe).
-
-Caveats, also observed: concurrent ``PUT``s within milliseconds of a prediction's creation
-or end sometimes got 409 (10 of 160), a window the watchdog, probing long after the
-submit's 202, stays out of; webhooks are sent concurrently, so a non-terminal event can
-arrive *after* the terminal one (3 times in about 45 predictions); and "lost" means Cog
-forgot the prediction, not that its terminal webhook will never come: Cog may still be
-retrying it (§1.9, about 7 minutes), so the gateway should not finalize "lost" sooner.
+What it relies on is written down, with what was observed on the real server, in
+docs/cog.md; the section numbers below (§1.N) are that page's. In short: submit is an
+idempotent ``PUT /predictions/{job id}`` with ``Prefer: respond-async`` (§1.12); 409,
+429 and 503 mean "not started, try later" (§1.4); statuses map through
+:data:`STATUS_MAP` (§1.5), an unknown one reading as ``running`` so that a strange word
+never ends a job; webhooks carry the snapshot and, when configured, a bearer token
+(§1.9); there is no ``GET`` of a prediction (§1.2), so :meth:`CogAdapter.fetch` is the
+watchdog probe of docs/cog.md §2: a ``PUT`` again, with :data:`PROBE_INPUT` and no
+webhook, which never runs the model again and reads a forgotten prediction as *lost*.
 """
 
 from __future__ import annotations
@@ -81,7 +41,7 @@ __all__ = [
 ]
 
 # Cog retries a terminal webhook 12 times, 0.1 s x 2^n apart capped at 102.4 s, each
-# attempt timing out after 30 s (providers.md §1.9): about 7 minutes in all. A prediction
+# attempt timing out after 30 s (§1.9): about 7 minutes in all. A prediction
 # the probe finds forgotten may still be reported within that window.
 TERMINAL_RETRY_WINDOW_S = 480.0
 

@@ -85,7 +85,7 @@ def state_rank(state: JobState) -> int:
 
 
 def replicate_status(state: JobState) -> str:
-    """The Replicate status shown to apps (specs/replicate-api.md §4.2).
+    """The Replicate status shown to apps (docs/replicate-api.md §4.2).
 
     Never ``aborted``: the 1.x clients reject it (§4.3).
     """
@@ -96,7 +96,7 @@ class Job(BaseModel):
     """A job as the store holds it: the gateway's durable record of one prediction.
 
     Timestamps are timezone-aware UTC. ``version`` is a 64-hex id or ``"hidden"``
-    (official-model routes, specs §4.1).
+    (official-model routes, docs/replicate-api.md §2.2).
     """
 
     model_config = ConfigDict(frozen=True)

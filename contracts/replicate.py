@@ -1,6 +1,6 @@
 """Replicate's wire format, as the official clients read and write it.
 
-Source: ../shared/specs/replicate-api.md. Requests from apps are parsed strictly
+Source: docs/replicate-api.md. Requests from apps are parsed strictly
 (``extra="forbid"``, schema ``additionalProperties: false``, §2.1); responses follow §4.1
 and the Python 1.0.7 client's validation rules (§4.3): ids are 26 lowercase
 alphanumerics, ``urls`` values are always strings, ``status`` is one of five values
@@ -97,7 +97,7 @@ class CreatePrediction(BaseModel):
 
 
 def parse_version_ref(ref: str) -> tuple[str | None, str | None]:
-    """Split a ``version`` field into ``(model, version_id)`` (specs §2.1).
+    """Split a ``version`` field into ``(model, version_id)`` (docs/replicate-api.md §2.1).
 
     ``owner/name`` -> ``("owner/name", None)``; ``owner/name:<64 hex>`` -> both; a bare
     64-hex id -> ``(None, id)``.

@@ -1,7 +1,7 @@
 """What adapters take and return: provider-neutral requests and snapshots.
 
 Provider JSON never leaves its adapter; the gateway sees only these models
-(../shared/DESIGN.md, "Layout"; STYLE.md rule 3).
+(README.md, "Layout"; the adapter port is :mod:`adapters.port`).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class GatewaySettings(_Section):
 
 
 class WebhookSettings(_Section):
-    """``[webhooks]``: outbound webhooks to apps (specs/replicate-api.md §6, docs/webhooks.md).
+    """``[webhooks]``: outbound webhooks to apps (docs/replicate-api.md §6, docs/webhooks.md).
 
     ``retry_delays_s[i]`` is the wait after failed attempt ``i + 1`` of a ``completed``
     event (each scaled by a random factor within ``1 ± retry_jitter_ratio``); a receiver's

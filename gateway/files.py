@@ -2,7 +2,7 @@
 
 Uploads stream into owned storage under ``files/<id>/<name>`` (never whole in memory),
 with their SHA-256 and MD5, and a row owned by the uploading API token; they expire after
-``[files] ttl_s``. The object apps see follows specs/replicate-api.md §2.9 (with the
+``[files] ttl_s``. The object apps see follows docs/replicate-api.md §2.9 (with the
 ``name`` and ``etag`` the Python client requires). ``urls.get`` is the authenticated API
 URL ``{public_url}/v1/files/{id}``; when such a URL appears in a prediction input, the
 dispatcher hands the provider a signed download URL on the gateway instead

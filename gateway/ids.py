@@ -1,6 +1,6 @@
 """Identifiers and tokens the gateway makes.
 
-Prediction ids follow Replicate's shape (specs/replicate-api.md §2.4, §4.1): 26 lowercase
+Prediction ids follow Replicate's shape (docs/replicate-api.md §2.4, §4.1): 26 lowercase
 alphanumeric characters, path-safe without URL-encoding (base32 of 128 random bits).
 """
 

@@ -5,7 +5,7 @@ is parsed (DESIGN invariant 5): the job must exist and belong to that provider, 
 token must match the job's unguessable callback token (constant-time), and the adapter
 must verify the request (a signature, or Cog's bearer token). The raw, verified body is
 then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it cannot be
-stored, the answer is 503 so the provider retries (providers.md §1.9). The
+stored, the answer is 503 so the provider retries (docs/cog.md §1.9). The
 :class:`EventProcessor` applies stored events in arrival order: terminal snapshots go to
 the finalizer, others update the job's progress. Events survive a restart unprocessed
 and are applied when the gateway returns.

@@ -13,7 +13,7 @@ Which strings in an output are files:
 Each file is checked against the allowed content types and the maximum size, stored
 under a key the gateway controls (``<prediction id>/<sha256 prefix>/<name>``), and
 replaced in the output by the gateway's own URL (``{public_url}/assets/{key}``), which
-apps can read with or without a Bearer token (specs/replicate-api.md §8.4).
+apps can read with or without a Bearer token (docs/replicate-api.md §8.4).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The poller: asks providers where submitted jobs stand when no webhook has said so.
 
 Jobs are due at ``next_attempt_at``; each round leases the due ones, calls
-``adapter.fetch`` (a status call, or Cog's watchdog probe, providers.md §1.12 point 3) and
+``adapter.fetch`` (a status call, or Cog's watchdog probe, docs/cog.md §2) and
 hands a terminal snapshot to the finalizer. Between checks the interval grows with the
 job's age (half its time since submission, between the adapter's ``fetch_interval_s`` and
 ``fetch_max_interval_s``) with full jitter, so a long job is not hammered and a lost

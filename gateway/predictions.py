@@ -1,7 +1,7 @@
 """The prediction service: what the Replicate-compatible endpoints do, without HTTP.
 
 Handlers parse requests into contracts and call this; it routes, stores, waits and
-cancels (specs/replicate-api.md §2, §3). The job row is committed before anything is sent
+cancels (docs/replicate-api.md §2, §3). The job row is committed before anything is sent
 to a provider; the dispatcher is then woken.
 """
 

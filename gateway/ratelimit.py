@@ -2,7 +2,7 @@
 
 A bucket holds up to ``capacity`` requests and refills at ``rate_per_s``; a request takes
 one, or is refused with the seconds until one is back. Buckets are per process, keyed by
-``(token name, kind)`` where kind is ``create`` or ``other`` (specs/replicate-api.md §5.1).
+``(token name, kind)`` where kind is ``create`` or ``other`` (docs/replicate-api.md §5.1).
 The clock is injected, so tests need no sleeps.
 """
 

@@ -5,10 +5,10 @@ Each round:
 1. unsubmitted jobs with a cancel request end ``canceled`` at once (never submitted);
    unsubmitted jobs past their ``Cancel-After`` deadline end ``canceled`` with an error
    naming the deadline (Replicate would say ``aborted``, which 1.x clients cannot read:
-   specs/replicate-api.md §4.3);
+   docs/replicate-api.md §4.3);
 2. submitted jobs with a cancel request, or past their deadline, get a provider cancel,
    sent again every ``cancel_resend_s`` until a terminal event arrives (Cog may answer 200
-   to a cancel and still miss it: providers.md §1.7); the provider's terminal event
+   to a cancel and still miss it: docs/cog.md §1.7); the provider's terminal event
    decides the outcome. The cancel is claimed (marked sent) before it is sent, so several
    gateway processes send one;
 3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline) end

@@ -5,7 +5,7 @@ Each round does at most ``batch`` items of each kind through indexed statements
 (:mod:`gateway.store.retention`). A prediction's owned files are deleted from storage
 before its row is cleared, so a crash in between leaves it due again, never an orphan
 file; it then reports ``data_removed: true`` with ``input``, ``output`` and ``logs``
-gone, as Replicate does for API predictions (specs/replicate-api.md §8.1).
+gone, as Replicate does for API predictions (docs/replicate-api.md §8.1).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A route is configured per model (``owner/name``), optionally narrowed to one ver
 or named as a deployment. Lookup order for ``POST /v1/predictions``:
 ``owner/name:version`` -> the route with that model and version, else the model's
 version-less route; a bare version id -> the route holding that version;
-``owner/name`` -> the model's version-less route (reported version ``"hidden"``, specs
-§4.1), else its only route. The control provider serves unless the canary draw sends
-the prediction to the candidate.
+``owner/name`` -> the model's version-less route (reported version ``"hidden"``,
+docs/replicate-api.md §2.2), else its only route. The control provider serves unless
+the canary draw sends the prediction to the candidate.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class LoggingSettings(_Section):
 class LimitSettings(_Section):
     """``[limits]``: a token bucket per API token (off by default: one app needs none).
 
-    Defaults follow Replicate's published limits (specs/replicate-api.md §5.1): 600
+    Defaults follow Replicate's published limits (docs/replicate-api.md §5.1): 600
     creates and 3,000 other requests a minute; ``burst_s`` seconds' worth of requests may
     come at once. Over the limit: 429, ``Retry-After`` in whole seconds, problem+json.
     """

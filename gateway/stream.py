@@ -1,4 +1,4 @@
-"""Server-sent events for ``urls.stream`` (specs/replicate-api.md §7; docs/streaming.md).
+"""Server-sent events for ``urls.stream`` (docs/replicate-api.md §7; docs/streaming.md).
 
 The events of a prediction are a pure function of its stored state: each item of a list
 ``output`` is one ``output`` event, in order (Cog's iterator outputs arrive item by item

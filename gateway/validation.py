@@ -6,7 +6,7 @@ or read once from the provider (a built Cog image serves ``/openapi.json``). ``i
 checked with ``jsonschema`` (the draft the schema declares, else 2020-12): a wrong type, a
 value out of range or outside its choices, a missing required field, or a field the model
 does not declare is refused with a 422 whose detail names each field
-(specs/replicate-api.md §5.1; docs/validation.md). Formats are not asserted: a file input
+(docs/replicate-api.md §5.1; docs/validation.md). Formats are not asserted: a file input
 (``format: uri``) may be an URL or a ``data:`` URI alike.
 """
 

@@ -1,4 +1,4 @@
-"""The Replicate-compatible HTTP API (specs/replicate-api.md §2, §3, §9).
+"""The Replicate-compatible HTTP API (docs/replicate-api.md §2, §3, §9).
 
 Handlers are thin: parse into a contract, call :class:`gateway.predictions.PredictionService`,
 serialise. Every route is served under ``/v1`` and without it (§1: a JS app configured

@@ -1,4 +1,4 @@
-"""Owned files, served from the gateway's storage (specs/replicate-api.md §8.4;
+"""Owned files, served from the gateway's storage (docs/replicate-api.md §8.4;
 docs/storage.md): output assets here, and the byte-serving shared with the Files API."""
 
 from __future__ import annotations

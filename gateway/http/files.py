@@ -1,4 +1,4 @@
-"""The Files API (specs/replicate-api.md §2.9; docs/files.md).
+"""The Files API (docs/replicate-api.md §2.9; docs/files.md).
 
 ``POST /v1/files`` takes the multipart form both official clients send: ``content`` (the
 file, with its name and type) and an optional ``metadata`` (a JSON string or JSON part),

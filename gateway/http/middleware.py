@@ -1,7 +1,7 @@
 """HTTP plumbing shared by every handler: problem+json errors, auth, JSON bodies.
 
 One middleware turns every error into an RFC 9457 problem document
-(``application/problem+json``, specs/replicate-api.md §5.1); no traceback ever reaches a
+(``application/problem+json``, docs/replicate-api.md §5.1); no traceback ever reaches a
 client. Another checks the API token (``Authorization: Bearer <token>`` or the legacy
 ``Token <token>``, §1) on the Replicate API routes.
 """

@@ -1,4 +1,4 @@
-"""``urls.stream``: a prediction's server-sent events (specs/replicate-api.md §7).
+"""``urls.stream``: a prediction's server-sent events (docs/replicate-api.md §7).
 
 ``GET /streams/{id}?t=<token>`` needs no API token (the JS client sends none, §7.3): the
 ``t`` capability, an HMAC of the id, is the authorisation; a wrong one is a 404. A

@@ -1,4 +1,4 @@
-"""The job as apps see it: a Replicate prediction object (specs/replicate-api.md §4).
+"""The job as apps see it: a Replicate prediction object (docs/replicate-api.md §4).
 
 Every prediction the gateway sends, in a response or a webhook, is made here, so the
 rules of §4.3 hold in one place: ``urls`` values are absolute gateway URLs (never
@@ -59,7 +59,7 @@ def prediction(
     stream_secret : str, optional
         The key of the capability token in ``urls.stream``. Every prediction has a stream
         (as on Replicate's streaming-capable models: the JS client's ``stream()`` does not
-        send ``stream: true``, specs §3.1, §7.3); None leaves ``urls.stream`` out.
+        send ``stream: true``, docs/replicate-api.md §3.1, §7); None leaves ``urls.stream`` out.
     """
     get_url = prediction_url(base_url, job.id)
     urls = {"get": get_url, "cancel": f"{get_url}/cancel", "web": get_url}

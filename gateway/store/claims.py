@@ -322,7 +322,7 @@ class Claims(lease.Leasing):
 
         A cancel is due when one was requested or the deadline passed, and none was sent
         yet or the last one went out before ``resend_before`` without a terminal event
-        following (a provider may acknowledge a cancel and still miss it: providers.md
+        following (a provider may acknowledge a cancel and still miss it: docs/cog.md
         §1.7). The claim marks the cancel sent (``cancel_sent_at``) before it is sent:
         that mark is the cancel's lease, so however many processes run, one cancel goes
         out per job per resend interval.

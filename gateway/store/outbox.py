@@ -1,7 +1,7 @@
 """The transactional outbox: which webhook events a job transition causes.
 
 Called by :class:`gateway.store.jobs.JobStore` inside the transaction that changes the job, so
-an event exists if and only if its state change was committed (specs/replicate-api.md
+an event exists if and only if its state change was committed (docs/replicate-api.md
 §6.2, issue "exactly one completion event"). Delivery lives in :mod:`gateway.webhooks.delivery`.
 
 Rules:

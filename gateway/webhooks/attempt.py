@@ -2,7 +2,7 @@
 
 A pure policy (STYLE.md rule 13): :func:`decide` reads the attempt's result, the event
 kind and the retry schedule, and returns the row's next status and due time; the caller
-persists it (:mod:`gateway.webhooks.delivery`). Rules (specs/replicate-api.md §6.1, §6.3):
+persists it (:mod:`gateway.webhooks.delivery`). Rules (docs/replicate-api.md §6.1, §6.3):
 
 ==========================  =====================================================
 2xx                         ``delivered``

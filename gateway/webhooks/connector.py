@@ -152,8 +152,8 @@ def connector(policy: WebhookTargetPolicy, **options: Any) -> aiohttp.TCPConnect
     -----
     A refused request raises ``aiohttp.ClientConnectorError`` (``ClientConnectorDNSError``
     for a name) with ``os_error`` a :class:`TargetRefused`; nothing is connected. Do not
-    follow redirects (``allow_redirects=False``, §6.1): each hop would be vetted, but a
-    redirect is not a delivery.
+    follow redirects (``allow_redirects=False``, docs/replicate-api.md §6.1): each hop would
+    be vetted, but a redirect is not a delivery.
     """
     if "resolver" in options:
         raise TypeError("connector() builds its own resolver")

@@ -1,4 +1,4 @@
-"""Outbound webhook delivery: the sending side of the outbox (specs/replicate-api.md §6).
+"""Outbound webhook delivery: the sending side of the outbox (docs/replicate-api.md §6).
 
 :class:`gateway.store.outbox.Planner` writes one row per event in the transaction that changes
 the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs each one:

@@ -25,8 +25,9 @@ __all__ = [
 MAX_RETRY_AFTER_S = 300.0
 """Default cap on an honoured ``Retry-After``, in seconds.
 
-Deliveries to one prediction are sequential (§6.3), so one receiver's hint holds that
-prediction's queue; five minutes matches cog's own window for terminal retries (§6.3).
+Deliveries to one prediction are sequential (docs/replicate-api.md §6.3), so one
+receiver's hint holds that prediction's queue; five minutes is about Cog's own window for
+terminal retries (docs/cog.md §1.9).
 """
 
 _DELTA_SECONDS = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")

@@ -1,7 +1,7 @@
 """Outbound webhook bodies and their Standard Webhooks signatures.
 
 The gateway signs every webhook it sends to a legacy app the way Replicate does
-(replicate-api.md §6.4): ``webhook-signature`` carries ``v1,<base64 HMAC-SHA256>`` of
+(docs/replicate-api.md §6.4): ``webhook-signature`` carries ``v1,<base64 HMAC-SHA256>`` of
 ``"{webhook-id}.{webhook-timestamp}.{body}"``, keyed with the base64-decoded part of a
 ``whsec_`` secret.
 

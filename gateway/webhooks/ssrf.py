@@ -274,7 +274,7 @@ class WebhookTargetPolicy:
         )
 
     async def check_url(self, url: str) -> None:
-        """Check an app-supplied webhook URL at create time (§6.1).
+        """Check an app-supplied webhook URL at create time (docs/replicate-api.md §6.1).
 
         Parameters
         ----------

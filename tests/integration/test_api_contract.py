@@ -1,6 +1,6 @@
 """The Replicate API contract a real client depends on, on every backend.
 
-Happy paths of specs/replicate-api.md §2, §3, §4 and §9: the three version forms, the
+Happy paths of docs/replicate-api.md §2, §3, §4 and §9: the three version forms, the
 models and deployments routes, routes without ``/v1``, JS-style requests, the shape of
 every prediction object (§4.3, checked by hand and by parsing with the real
 ``replicate`` 1.0.7 models), ``Prefer: wait``, idempotency, ``Cancel-After``, cancel at

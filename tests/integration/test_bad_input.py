@@ -2,7 +2,7 @@
 
 Every test here sends one kind of bad request, checks the answer is an RFC 9457
 problem document (``application/problem+json``, a useful ``detail``, ``status`` equal
-to the HTTP status, never a traceback; specs/replicate-api.md §5.1), then runs every
+to the HTTP status, never a traceback; docs/replicate-api.md §5.1), then runs every
 background loop (``settle``) and checks that no job, provider event or outbound message
 appeared and that nothing was submitted to the provider.
 """

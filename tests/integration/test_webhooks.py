@@ -1,7 +1,7 @@
 """Outbound webhooks, in process, on every backend: events, filter, throttle, order, signing.
 
 A real aiohttp receiver on 127.0.0.1 gets the deliveries; the gateway's loops are driven
-with ``settle()``/``run_once()`` (specs/replicate-api.md §6).
+with ``settle()``/``run_once()`` (docs/replicate-api.md §6).
 """
 
 from __future__ import annotations
@@ -293,9 +293,9 @@ async def test_secret_rotation_sends_both_signatures(make_gateway: Any, receiver
 
 # --- the JS client's way --------------------------------------------------------------------
 
-# What replicate-javascript's validateWebhook does (specs §6.5): an already-parsed body is
-# re-serialised with JSON.stringify; the secret is split on "_" and its last part used;
-# each space-separated signature's text after the first comma is compared with ===.
+# What replicate-javascript's validateWebhook does (docs/replicate-api.md §6.5): an already-
+# parsed body is re-serialised with JSON.stringify; the secret is split on "_" and its last part
+# used; each space-separated signature's text after the first comma is compared with ===.
 _JS_VALIDATE = r"""
 const crypto = require("node:crypto");
 function validateWebhook({ id, timestamp, signature, body, secret }) {

@@ -1,4 +1,4 @@
-"""Outbound webhooks against misbehaving receivers (specs/replicate-api.md §6.1, §6.3).
+"""Outbound webhooks against misbehaving receivers (docs/replicate-api.md §6.1, §6.3).
 
 Real aiohttp receivers on 127.0.0.1; retries are made due by moving ``next_attempt_at``
 in the store, never by sleeping through the backoff.

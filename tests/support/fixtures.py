@@ -2,7 +2,7 @@
 
 ``cog_server``: one real Cog server (coglet 0.23.1) running ``examples/echo`` for the
 whole session, started with ``WEBHOOK_AUTH_TOKEN=COG_WEBHOOK_TOKEN`` so its webhooks
-carry ``Authorization: Bearer <token>`` (providers.md §1.9). Without a schema file it
+carry ``Authorization: Bearer <token>`` (docs/cog.md §1.9). Without a schema file it
 validates no input (§1.3). ``cog_server_with_schema``: the same model with
 ``.cog/openapi_schema.json``, so bad inputs get 422 as on a built image. ``tls`` and
 ``https_cog`` (the lead's): a test CA, and a Cog server that trusts it.

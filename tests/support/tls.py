@@ -1,6 +1,6 @@
 """A test certificate authority and a server certificate for 127.0.0.1 (trustme).
 
-The Python client treats only ``https:`` output URLs as files (specs §8.2), and Cog
+The Python client treats only ``https:`` output URLs as files (docs/replicate-api.md §8.4), and Cog
 (rustls) rejects a self-signed CA used directly as a server certificate, so tests serve
 the gateway with a leaf certificate signed by this CA and point ``SSL_CERT_FILE`` at it.
 """

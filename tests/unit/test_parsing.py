@@ -28,7 +28,7 @@ hex64 = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
 segment = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
 
 
-# --- Prefer: wait (specs §3.2) ----------------------------------------------------------------
+# --- Prefer: wait (docs/replicate-api.md §3.2) ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_other_preferences_are_ignored(preference: str):
     assert parse_prefer_wait(f"{preference}, wait=9", 60.0) == 9.0
 
 
-# --- Cancel-After (specs §3.2) ----------------------------------------------------------------
+# --- Cancel-After (docs/replicate-api.md §3.2) ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ def test_cancel_after_is_capped_by_max_s():
         parse_cancel_after("2s", 1800.0)
 
 
-# --- version refs (specs §2.1) ----------------------------------------------------------------
+# --- version refs (docs/replicate-api.md §2.1) ----------------------------------------------------
 
 
 def test_parse_version_ref_accepts_the_three_forms():
@@ -189,7 +189,7 @@ def test_parse_version_ref_never_fails_with_anything_but_value_error(ref: str):
     assert version is None or re.fullmatch(r"[0-9a-f]{64}", version)
 
 
-# --- the job state machine (DESIGN "Lifecycle") -----------------------------------------------
+# --- the job state machine (DESIGN "Lifecycle") ---------------------------------------------------
 
 _ORDER = {JobState.CREATING: 0, JobState.QUEUED: 1, JobState.RUNNING: 2}
 
@@ -227,7 +227,7 @@ def test_replicate_status_never_says_aborted():
     assert {replicate_status(s) for s in TERMINAL_STATES} == {"succeeded", "failed", "canceled"}
 
 
-# --- the prediction wire form (specs §4) -----------------------------------------------------
+# --- the prediction wire form (docs/replicate-api.md §4) ------------------------------------------
 
 T0 = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 BASE = "https://gw.example"
