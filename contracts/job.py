@@ -96,7 +96,10 @@ class Job(BaseModel):
     """A job as the store holds it: the gateway's durable record of one prediction.
 
     Timestamps are timezone-aware UTC. ``version`` is a 64-hex id or ``"hidden"``
-    (official-model routes, docs/replicate-api.md §2.2).
+    (official-model routes, docs/replicate-api.md §2.2). ``arm`` is ``control``,
+    ``candidate`` (the canary sent it to the route's candidate), ``shadow`` or
+    ``baseline`` (hidden copies of the prediction ``shadow_of``); operators see it, apps
+    never do.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -131,3 +134,5 @@ class Job(BaseModel):
     stream: bool = False
     owner: str | None = None  # the name of the API token that created it
     priority: int = 0
+    arm: str = "control"
+    shadow_of: str | None = None

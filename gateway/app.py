@@ -127,9 +127,7 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp(
-        "/admin", create_admin_app(t.get_secret_value() for t in settings.admin.tokens)
-    )
+    app.add_subapp("/admin", create_admin_app(settings.admin.named_tokens()))
     return app
 
 
@@ -223,6 +221,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[keys.STORE] = store
     app[OWNER] = owner
     app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s)
+    await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)
     downloads = httpx.AsyncClient(
         timeout=httpx.Timeout(gw.output_download_timeout_s, connect=10.0), trust_env=False
     )
@@ -302,7 +301,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             **common,
             callback_base_url=base,
             resolve_input=app[files.FILES].resolve_input,
-            metrics=app[keys.METRICS],
+            metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff,
         ),
@@ -317,6 +316,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         _delivery(app),
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
         _retention(app),
+        *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
     ]
     _schedule(app, loops)
     return loops

@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.errors import ConfigurationError, CutoverError
+from gateway import routewiring
 from gateway.config import Settings
 from gateway.providers import Provider
 from gateway.storage import Storage, open_storage
 
-__all__ = ["api_tokens", "schema_fetcher", "storage_for"]
+__all__ = ["api_tokens", "open_routes", "schema_fetcher", "storage_for"]
 
 
 def api_tokens(settings: Settings) -> dict[str, str]:
@@ -60,3 +61,14 @@ def schema_fetcher(
         return document
 
     return fetch
+
+
+async def open_routes(app: Any, engine: Any) -> None:
+    """Routes as data and shadows (docs/canary.md): seed, load, and keep the services
+    under ``keys.ROUTES`` of ``app``."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    app[keys.ROUTES] = await routewiring.open_routes(
+        app[keys.SETTINGS], engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS],
+        app[keys.STORAGE],
+    )

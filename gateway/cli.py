@@ -7,10 +7,12 @@
 ``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
 ``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
 ``cutover webhooks replay ID | --since T [--until T]``  send dead events again
+``cutover routes list | show ROUTE | set-canary | rollback | set-shadow``  routes (below)
 
 The ``webhooks`` commands work directly on the configured database (``--config``), so
 they also work while no gateway runs; a running gateway sends replayed events within
 its loop interval. Times are ISO 8601 (``2026-05-01T12:00:00Z``; no zone means UTC).
+The ``routes`` commands are described in :mod:`gateway.routecli` (docs/canary.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import app, logs, providers
+from gateway import app, logs, providers, routecli
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.store import db
@@ -61,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("id", nargs="?", help="outbox id or msg_ webhook id")
     replay.add_argument("--since", help="replay dead events created at or after this time")
     replay.add_argument("--until", help="... and before this time (default: now)")
+    routecli.add_commands(sub, _common)
     return parser
 
 
@@ -96,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.command == "webhooks":
             return asyncio.run(_webhooks(settings, args))
+        if args.command in ("routes", "shadow"):
+            return _routes(settings, args)
         if args.command == "check":
             return _check(settings)
         if args.command == "migrate":
@@ -105,6 +110,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 2
+
+
+def _routes(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(routecli.run(settings, args))
+    except CutoverError as exc:  # unknown route, bad percent: the reason, exit 1
+        print(f"cutover: {exc.detail}", file=sys.stderr)
+        return 1
+    except (db.StoreError, OSError) as exc:
+        print(f"cutover: cannot reach the store ({type(exc).__name__}); is the database up?",
+              file=sys.stderr)
+        return 1
 
 
 def _check(settings: Settings) -> int:

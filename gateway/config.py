@@ -35,8 +35,10 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
-from contracts.replicate import VERSION_ID_RE
+from gateway.routesettings import RouteSettings
 from gateway.sections import (
+    AdminSettings,
+    AdminToken,
     FilesSettings,
     LimitSettings,
     LoggingSettings,
@@ -46,6 +48,7 @@ from gateway.sections import (
 
 __all__ = [
     "AdminSettings",
+    "AdminToken",
     "FilesSettings",
     "GatewaySettings",
     "LimitSettings",
@@ -96,6 +99,8 @@ class GatewaySettings(_Section):
     cancel_resend_s: float = Field(default=2.0, gt=0)
     stream_poll_s: float = Field(default=1.0, gt=0)
     stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
+    route_poll_interval_s: float = Field(default=0.5, gt=0, le=1.5)
+    guard_interval_s: float = Field(default=5.0, gt=0, le=50.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -232,58 +237,6 @@ class ProviderSettings(_Section):
                 f"token_env names an environment variable (e.g. FAL_KEY), got {self.token_env!r}"
             )
         return self
-
-
-class RouteSettings(_Section):
-    """``[[routes]]``: which provider serves a model (optionally one version of it).
-
-    ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
-    share of new predictions to the candidate instead. ``openapi_schema`` is the model's
-    schema (docs/validation.md): inline, a path to a JSON file, or ``"provider"`` to read
-    it once from the provider (a built Cog image's ``/openapi.json``). ``priority``
-    (-100..100, default 0): when a provider is at capacity, waiting jobs of higher-priority
-    routes go first (docs/limits.md).
-    ``target`` is the control provider's own name for the model (a fal app id, a RunPod
-    endpoint id, an OpenAI-compatible model name, a Replicate ``owner/name[:version]``;
-    docs/providers.md), ``candidate_target`` the candidate's.
-    """
-
-    model: str
-    version: str | None = None
-    deployment: str | None = None
-    provider: str
-    target: str | None = Field(default=None, min_length=1, max_length=255)
-    candidate_target: str | None = Field(default=None, min_length=1, max_length=255)
-    candidate: str | None = None
-    canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
-    openapi_schema: dict[str, Any] | str | None = None
-    priority: int = Field(default=0, ge=-100, le=100)
-
-    @field_validator("model", "deployment")
-    @classmethod
-    def _owner_name(cls, value: str | None) -> str | None:
-        if value is not None and not _MODEL_RE.match(value):
-            raise ValueError(f"{value!r} is not owner/name")
-        return value
-
-    @field_validator("version")
-    @classmethod
-    def _version_id(cls, value: str | None) -> str | None:
-        if value is not None and not VERSION_ID_RE.match(value):
-            raise ValueError(f"version {value!r} is not a 64-character lowercase hex id")
-        return value
-
-    @model_validator(mode="after")
-    def _canary(self) -> RouteSettings:
-        if self.canary_percent and not self.candidate:
-            raise ValueError("canary_percent needs a candidate provider")
-        return self
-
-
-class AdminSettings(_Section):
-    """``[admin]``: the admin API's own tokens (distinct from the Replicate API tokens)."""
-
-    tokens: list[SecretStr] = Field(default_factory=list)
 
 
 class Settings(BaseSettings):

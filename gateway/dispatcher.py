@@ -41,6 +41,7 @@ from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.outputs import AssetError
 from gateway.providers import Provider
+from gateway.shadowgate import DROPPED, ShadowGate
 from gateway.store.jobs import JobStore, Progress
 from gateway.webhooks import retry
 
@@ -76,6 +77,7 @@ class Dispatcher(Loop):
         resolve_input: Callable[[Any], Any] | None = None,
         stager: InputStager | None = None,
         max_attempts: int = 8,
+        shadow_gate: ShadowGate | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
         self._metrics = metrics
@@ -92,6 +94,7 @@ class Dispatcher(Loop):
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
         self._max_attempts = max_attempts
+        self._shadow_gate = shadow_gate
 
     async def run_once(self) -> int:
         handled = 0
@@ -99,6 +102,10 @@ class Dispatcher(Loop):
             claimed = await self._store.claim_dispatch(
                 provider.name, provider.max_concurrency, self._fair_order
             )
+            if self._shadow_gate is not None:
+                claimed, dropped = await self._shadow_gate.split(claimed)
+                for job in dropped:
+                    await self._finalizer.finish_here(job, JobState.CANCELED, DROPPED)
             await boundary.each(
                 claimed, lambda job, p=provider: self._submit(p, job), self._failed
             )

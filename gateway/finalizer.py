@@ -125,12 +125,19 @@ class Finalizer:
         if done is None:
             return await self._store.get(job.id)
         if self._metrics is not None:
-            self._metrics.predictions_finished.labels(done.provider, done.state.value).inc()
-            if done.completed_at is not None:
-                seconds = (done.completed_at - done.created_at).total_seconds()
-                self._metrics.prediction_seconds.labels(done.provider).observe(seconds)
+            self._count(done)
         log.info(
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
         )
         return done
+
+    def _count(self, done: Job) -> None:
+        assert self._metrics is not None
+        metrics, arm = self._metrics, (done.route, done.arm, done.provider)
+        metrics.predictions_finished.labels(done.provider, done.state.value).inc()
+        metrics.route_predictions.labels(*arm, done.state.value).inc()
+        if done.completed_at is not None:
+            seconds = (done.completed_at - done.created_at).total_seconds()
+            metrics.prediction_seconds.labels(done.provider).observe(seconds)
+            metrics.route_seconds.labels(*arm).observe(seconds)

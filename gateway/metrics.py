@@ -7,7 +7,7 @@ outcomes from fixed sets; never prediction ids.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -60,6 +60,67 @@ class Metrics:
             "From creation to terminal state, by provider.",
             ["provider"],
             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800),
+            registry=self.registry,
+        )
+
+        self._routes()
+
+    def _routes(self) -> None:
+        """Per route and arm (docs/canary.md, "Reading the numbers")."""
+        arm = ["route", "arm", "provider"]
+        self.route_predictions = Counter(
+            "cutover_route_predictions",
+            "Predictions finished in this process, by route, arm, provider and state.",
+            [*arm, "state"],
+            registry=self.registry,
+        )
+        self.route_seconds = Histogram(
+            "cutover_route_prediction_duration_seconds",
+            "From creation to terminal state, by route, arm and provider.",
+            arm,
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 1800),
+            registry=self.registry,
+        )
+        self.route_window_predictions = Gauge(
+            "cutover_route_window_predictions",
+            "Predictions finished within the guard window (all processes), by route and arm.",
+            arm,
+            registry=self.registry,
+        )
+        self.route_error_ratio = Gauge(
+            "cutover_route_error_ratio",
+            "Failed share (0-1) of the predictions within the guard window, by route and arm.",
+            arm,
+            registry=self.registry,
+        )
+        self.route_latency_p95 = Gauge(
+            "cutover_route_latency_p95_seconds",
+            "p95 latency within the guard window, by route and arm.",
+            arm,
+            registry=self.registry,
+        )
+        self.route_canary_percent = Gauge(
+            "cutover_route_canary_percent",
+            "The route's canary percent (0-100) as this process serves it.",
+            ["route"],
+            registry=self.registry,
+        )
+        self.route_shadow_percent = Gauge(
+            "cutover_route_shadow_percent",
+            "The route's shadow percent (0-100) as this process serves it.",
+            ["route"],
+            registry=self.registry,
+        )
+        self.guard_rollbacks = Counter(
+            "cutover_guard_rollbacks",
+            "Canaries the guard set back to 0, by route.",
+            ["route"],
+            registry=self.registry,
+        )
+        self.shadows = Counter(
+            "cutover_shadows",
+            "Shadow jobs, by route and outcome (created, dropped, submitted).",
+            ["route", "outcome"],
             registry=self.registry,
         )
 

@@ -13,7 +13,8 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -21,12 +22,13 @@ from urllib.parse import urlencode
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
-from gateway import ids, validation
+from gateway import canary, ids, validation
 from gateway.bodies import FinishedBodies
 from gateway.clock import Clock, utcnow
 from gateway.http import wire
 from gateway.notify import Notifier
-from gateway.routing import Router
+from gateway.route import HIDDEN_ARMS
+from gateway.routing import Caller, Routed, Router
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
@@ -108,7 +110,8 @@ class CreateOptions:
     """The headers of a create request, parsed.
 
     ``idempotency_key`` is the key as the app sent it; ``idempotency_scope`` names who sent
-    it (a digest of the API token), so that two tokens never share a key.
+    it (a digest of the API token), so that two tokens never share a key. ``token`` and
+    ``headers`` identify the caller for the sticky canary (docs/canary.md).
     """
 
     idempotency_key: str | None = None
@@ -116,6 +119,8 @@ class CreateOptions:
     wait_s: float | None = None
     cancel_after_s: float | None = None
     token_name: str | None = None
+    token: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stored_idempotency_key(self) -> str | None:
@@ -200,6 +205,7 @@ class PredictionService:
         routed = self._router.resolve(request, job_id)
         if self._schemas is not None:  # a bad input is refused before any row or call
             await self._schemas.check(routed.route, request.input)
+        routed = self._router.resolve(request, job_id, Caller(options.token, options.headers))
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
             await self._policy.check_url(webhook)
@@ -226,9 +232,10 @@ class PredictionService:
             created_at=now,
             owner=options.token_name,
             priority=routed.route.priority,
+            arm=routed.arm,
         )
         try:
-            job, created = await self._creates.create(new)
+            job, created = await self._creates.create(new, _shadow(routed, new))
         except Conflict:
             raise _reused_key(options) from None
         if created:
@@ -257,7 +264,10 @@ class PredictionService:
         """The job; ``NotFound`` for an unknown or malformed id."""
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        return await self._reader.get(job_id)
+        job = await self._reader.get(job_id)
+        if job.arm in HIDDEN_ARMS:  # shadows are the operators' business, never the app's
+            raise NotFound(f"prediction {job_id!r} does not exist")
+        return job
 
     async def get_json(self, job_id: str) -> bytes:
         """The prediction's JSON bytes: a finished one's from :mod:`gateway.bodies`,
@@ -370,4 +380,30 @@ def _reused_key(options: CreateOptions) -> Conflict:
     return Conflict(
         f"Idempotency-Key {options.idempotency_key!r} was already used with a different "
         "request (body, endpoint or Cancel-After); use a new key for a new prediction"
+    )
+
+
+def _shadow(routed: Routed, new: NewJob) -> NewJob | None:
+    """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
+    control again for the baseline): no webhook, no idempotency key, its own callback
+    token (docs/shadow.md)."""
+    spec = routed.spec
+    if spec is None or spec.candidate is None:
+        return None
+    arm = canary.shadow_arm(routed.key, spec, routed.arm, new.id, new.input)
+    if arm is None:
+        return None
+    return NewJob(
+        id=ids.new_prediction_id(),
+        model=new.model,
+        version=new.version,
+        deployment=new.deployment,
+        route=new.route,
+        provider=spec.candidate if arm == "shadow" else spec.provider,
+        input=new.input,
+        callback_token=ids.callback_token(),
+        deadline=new.deadline,
+        created_at=new.created_at,
+        arm=arm,
+        shadow_of=new.id,
     )

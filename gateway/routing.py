@@ -5,20 +5,43 @@ or named as a deployment. Lookup order for ``POST /v1/predictions``:
 ``owner/name:version`` -> the route with that model and version, else the model's
 version-less route; a bare version id -> the route holding that version;
 ``owner/name`` -> the model's version-less route (reported version ``"hidden"``,
-docs/replicate-api.md §2.2), else its only route. The control provider serves unless
-the canary draw sends the prediction to the candidate.
+docs/replicate-api.md §2.2), else its only route.
+
+Which routes exist and how they are found comes from the config file; each route's live
+spec (control, candidate, canary percent, caller key, shadow settings) comes from the
+store and is swapped in by :mod:`gateway.routesync` whenever it changes. The control
+provider serves unless the sticky canary draw (:mod:`gateway.canary`) sends the caller
+to the candidate; the job then belongs to that provider for good.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from contracts.errors import NotFound
 from contracts.replicate import CreatePrediction
+from gateway import canary
 from gateway.config import RouteSettings
+from gateway.route import RouteSpec, route_key
 
-__all__ = ["Routed", "Router"]
+__all__ = ["Caller", "Routed", "Router", "spec_of"]
+
+
+def spec_of(route: RouteSettings) -> RouteSpec:
+    """The live spec a config route seeds."""
+    return RouteSpec.model_validate(
+        route.model_dump(include=set(RouteSpec.model_fields), exclude_unset=False)
+    )
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sends a create request: the presented API token and the request headers."""
+
+    token: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -31,11 +54,12 @@ class Routed:
     deployment: str | None
     provider: str
     target: str | None = None
+    arm: str = "control"
+    spec: RouteSpec | None = None
 
     @property
     def key(self) -> str:
-        route = self.route
-        return f"{route.model}:{route.version}" if route.version else route.model
+        return route_key(self.route.model, self.route.version)
 
 
 class Router:
@@ -43,13 +67,37 @@ class Router:
 
     def __init__(self, routes: list[RouteSettings]) -> None:
         self._routes = routes
+        self._specs = {route_key(r.model, r.version): spec_of(r) for r in routes}
+        self.version = -1  # the store's routes version these specs came from
 
     @property
     def routes(self) -> list[RouteSettings]:
         return list(self._routes)
 
-    def resolve(self, request: CreatePrediction, job_id: str) -> Routed:
-        """The route for ``request``; ``job_id`` seeds the canary draw.
+    @property
+    def keys(self) -> list[str]:
+        """The configured routes' names (``model`` or ``model:version``)."""
+        return list(self._specs)
+
+    def spec(self, key: str) -> RouteSpec:
+        """The live spec of route ``key``; ``NotFound`` for an unknown route."""
+        try:
+            return self._specs[key]
+        except KeyError:
+            raise NotFound(f"route {key!r} does not exist") from None
+
+    def update(self, version: int, specs: Mapping[str, RouteSpec]) -> list[str]:
+        """Take the store's specs (of the configured routes) at ``version``; the changed
+        route names come back."""
+        changed = [k for k in self._specs if k in specs and specs[k] != self._specs[k]]
+        self._specs = {k: specs.get(k, spec) for k, spec in self._specs.items()}
+        self.version = version
+        return changed
+
+    def resolve(
+        self, request: CreatePrediction, job_id: str, caller: Caller | None = None
+    ) -> Routed:
+        """The route for ``request``, and the arm the caller's canary draw picks.
 
         Raises
         ------
@@ -60,15 +108,29 @@ class Router:
         version = request.version_id or route.version or "hidden"
         if request.version_id is None and request.model is not None:
             version = "hidden"
-        provider = self._provider(route, job_id)
+        key = route_key(route.model, route.version)
+        spec = self._specs[key]
+        arm = self._arm(key, spec, caller or Caller(), request.input)
+        provider = spec.candidate if arm == "candidate" and spec.candidate else spec.provider
         return Routed(
             route=route,
             model=route.model,
             version=version,
             deployment=request.deployment,
             provider=provider,
-            target=route.target if provider == route.provider else route.candidate_target,
+            target=route.target if provider == spec.provider else route.candidate_target,
+            arm=arm,
+            spec=spec,
         )
+
+    @staticmethod
+    def _arm(key: str, spec: RouteSpec, caller: Caller, data: dict[str, Any]) -> str:
+        if not spec.candidate or spec.canary_percent <= 0:
+            return "control"
+        who = canary.caller_identity(
+            spec.caller_key, token=caller.token, headers=caller.headers, data=data
+        )
+        return canary.choose_arm(key, who, spec.canary_percent)
 
     def _find(self, request: CreatePrediction) -> RouteSettings:
         if request.deployment is not None:
@@ -118,10 +180,3 @@ class Router:
     def deployment_route(self, name: str) -> RouteSettings:
         """The route serving deployment ``name`` (``NotFound`` otherwise)."""
         return self._deployment(name)
-
-    @staticmethod
-    def _provider(route: RouteSettings, job_id: str) -> str:
-        if not route.candidate or route.canary_percent <= 0:
-            return route.provider
-        draw = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:4], "big") % 10_000
-        return route.candidate if draw < route.canary_percent * 100 else route.provider

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
+    "AdminSettings",
+    "AdminToken",
     "FilesSettings",
     "LimitSettings",
     "LoggingSettings",
@@ -83,3 +85,29 @@ class RetentionSettings(_Section):
     data_retention_s: float | None = Field(default=None, gt=0)
     batch: int = Field(default=500, gt=0, le=10_000)
     interval_s: float = Field(default=60.0, gt=0)
+
+
+class AdminToken(_Section):
+    """A named admin token: the name is what the route audit records as "who"."""
+
+    name: str = Field(min_length=1, max_length=64)
+    token: SecretStr
+
+
+class AdminSettings(_Section):
+    """``[admin]``: the admin API's own tokens (distinct from the Replicate API tokens).
+
+    Each entry is a token, or ``{name = "alice", token = "..."}``; an unnamed token is
+    called ``admin-N`` (its 1-based position) in the audit trail.
+    """
+
+    tokens: list[SecretStr | AdminToken] = Field(default_factory=list)
+
+    def named_tokens(self) -> list[tuple[str, str]]:
+        """``(name, secret)`` of every admin token."""
+        return [
+            (t.name, t.token.get_secret_value())
+            if isinstance(t, AdminToken)
+            else (f"admin-{i}", t.get_secret_value())
+            for i, t in enumerate(self.tokens, start=1)
+        ]

@@ -33,6 +33,7 @@ from aiohttp import web
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from gateway.clock import utcnow
 from gateway.http import keys
+from gateway.http import routes as route_admin
 from gateway.http.middleware import json_response
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, parse_time
 
@@ -43,20 +44,27 @@ routes = web.RouteTableDef()
 DELIVERY_LOOP = "delivery"
 
 
-def create_admin_app(tokens: Iterable[str]) -> web.Application:
+def create_admin_app(tokens: Iterable[str | tuple[str, str]]) -> web.Application:
     """The admin sub-application; mount it with ``app.add_subapp("/admin", ...)``.
 
     Parameters
     ----------
-    tokens : Iterable[str]
-        Accepted bearer tokens; none means the admin API answers 403 to everything.
+    tokens : Iterable[str or (name, token)]
+        Accepted bearer tokens, optionally named (the name is "who" in the route audit,
+        docs/canary.md); none means the admin API answers 403 to everything.
     """
-    admin = web.Application(middlewares=[_admin_auth([t.encode() for t in tokens])])
+    named = [t if isinstance(t, tuple) else (f"admin-{i}", t) for i, t in enumerate(tokens, 1)]
+    accepted = [(name, token.encode()) for name, token in named]
+    admin = web.Application(middlewares=[_admin_auth(accepted)])
+    admin[route_admin.ADMIN_TOKENS] = accepted
     admin.add_routes(routes)
+    admin.add_routes(route_admin.routes)
     return admin
 
 
-def _admin_auth(accepted: list[bytes]) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _admin_auth(
+    accepted: list[tuple[str, bytes]],
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not accepted:
@@ -65,7 +73,7 @@ def _admin_auth(accepted: list[bytes]) -> Callable[..., Awaitable[web.StreamResp
         presented = token.strip().encode(errors="surrogateescape")  # undecodable bytes: 401
         if scheme.lower() != "bearer" or not presented:
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
-        if not any(hmac.compare_digest(presented, t) for t in accepted):
+        if not any(hmac.compare_digest(presented, t) for _, t in accepted):
             raise Unauthenticated("that is not a valid admin token")
         return await handler(request)
 

@@ -90,7 +90,15 @@ def _options(request: web.Request) -> CreateOptions:
             request.headers.get("Cancel-After"), settings.max_job_lifetime_s
         ),
         token_name=request.get(TOKEN_NAME),
+        token=_presented_token(request),
+        headers=request.headers,
     )
+
+
+def _presented_token(request: web.Request) -> str:
+    """The API token the request presented (the sticky canary's default caller key)."""
+    _, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip()
 
 
 def _token_digest(request: web.Request) -> str:

@@ -12,6 +12,7 @@ from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.predictions import PredictionService
 from gateway.providers import Provider
+from gateway.routewiring import RouteServices
 from gateway.routing import Router
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
@@ -31,3 +32,4 @@ STARTED_AT = web.AppKey("started_at", datetime)
 METRICS = web.AppKey("metrics", Metrics)
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
 SCHEMAS = web.AppKey("schemas", Schemas)
+ROUTES = web.AppKey("routes", RouteServices)

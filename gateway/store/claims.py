@@ -276,13 +276,14 @@ class Claims(lease.Leasing):
     # --- cancel and deadlines -------------------------------------------------------
 
     async def request_cancel(self, job_id: str) -> Job:
-        """Mark a cancel request (idempotent); returns the job as it stands."""
+        """Mark a cancel request (idempotent) on the job and its shadows (docs/shadow.md);
+        returns the job as it stands."""
         now = self._clock()
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
                 .where(
-                    jobs.c.id == job_id,
+                    sa.or_(jobs.c.id == job_id, jobs.c.shadow_of == job_id),
                     jobs.c.state.in_(_ACTIVE),
                     jobs.c.cancel_requested_at.is_(None),
                 )

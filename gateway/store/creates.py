@@ -22,16 +22,19 @@ import logging
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from contracts.job import Job, JobState
+from contracts.job import Job
 from gateway.clock import Clock, utcnow
 from gateway.store.jobs import JobStore, NewJob
+from gateway.store.records import new_row
 from gateway.store.schema import jobs
 
 __all__ = ["CreateBatcher"]
 
 log = logging.getLogger(__name__)
 
-MAX_GROUP = 500  # rows per INSERT: well under SQLite's 32,766 bound parameters
+MAX_GROUP = 250  # creates per INSERT (two rows with a shadow): under SQLite's 32,766
+# bound parameters
+_Queued = tuple[NewJob, NewJob | None, asyncio.Future[tuple[Job, bool]]]
 
 
 class CreateBatcher:
@@ -48,17 +51,18 @@ class CreateBatcher:
     def __init__(self, store: JobStore, *, clock: Clock = utcnow) -> None:
         self._store = store
         self._clock = clock
-        self._queue: list[tuple[NewJob, asyncio.Future[tuple[Job, bool]]]] = []
+        self._queue: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def create(self, new: NewJob) -> tuple[Job, bool]:
+    async def create(self, new: NewJob, shadow: NewJob | None = None) -> tuple[Job, bool]:
         """Insert ``new`` in state ``creating``; ``(job, created)`` once committed.
 
         Same contract as :meth:`gateway.store.jobs.JobStore.create` (``Conflict`` for an
-        idempotency key used for another request).
+        idempotency key used for another request); ``shadow``, its hidden copy, goes in
+        the same transaction (docs/shadow.md).
         """
         future: asyncio.Future[tuple[Job, bool]] = asyncio.get_running_loop().create_future()
-        self._queue.append((new, future))
+        self._queue.append((new, shadow, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="create-flusher")
         # shield: a caller that goes away does not cancel the commit of the others
@@ -68,19 +72,21 @@ class CreateBatcher:
         while self._queue:
             group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
             try:
-                created = await self._insert([new for new, _ in group])
+                created = await self._insert([(new, shadow) for new, shadow, _ in group])
             except (SQLAlchemyError, OSError) as exc:
                 log.info("create_group_retried_alone", extra={"rows": len(group),
                                                              "error": type(exc).__name__})
-                await asyncio.gather(*(self._alone(new, future) for new, future in group))
+                await asyncio.gather(*(self._alone(*queued) for queued in group))
                 continue
-            for (_, future), job in zip(group, created, strict=True):
+            for (_, _, future), job in zip(group, created, strict=True):
                 if not future.done():
                     future.set_result((job, True))
 
-    async def _alone(self, new: NewJob, future: asyncio.Future[tuple[Job, bool]]) -> None:
+    async def _alone(
+        self, new: NewJob, shadow: NewJob | None, future: asyncio.Future[tuple[Job, bool]]
+    ) -> None:
         try:
-            result = await self._store.create(new)
+            result = await self._store.create(new, shadow)
         except Exception as exc:  # noqa: BLE001 (handed to the one caller it belongs to)
             if not future.done():
                 future.set_exception(exc)
@@ -88,20 +94,12 @@ class CreateBatcher:
         if not future.done():
             future.set_result(result)
 
-    async def _insert(self, group: list[NewJob]) -> list[Job]:
-        rows = [self._values(new) for new in group]
+    async def _insert(self, group: list[tuple[NewJob, NewJob | None]]) -> list[Job]:
+        primaries, rows = [], []
+        for new, shadow in group:
+            now = new.created_at or self._clock()
+            primaries.append(new_row(new, now))
+            rows += [primaries[-1], *([new_row(shadow, now)] if shadow is not None else [])]
         async with self._store.engine.begin() as conn:
             await conn.execute(jobs.insert(), rows)
-        return [Job.model_validate(row) for row in rows]
-
-    def _values(self, new: NewJob) -> dict[str, object]:
-        now = new.created_at or self._clock()
-        return {
-            **new.__dict__,
-            "state": JobState.CREATING.value,
-            "raw_status": None,
-            "created_at": now,
-            "updated_at": now,
-            "next_attempt_at": now,
-            "attempts": 0,
-        }
+        return [Job.model_validate(row) for row in primaries]

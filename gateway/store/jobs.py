@@ -19,8 +19,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, NotFound, ServiceUnavailable
-from contracts.job import Job, JobState
+from contracts.job import Job
 from gateway.clock import Clock, utcnow
+from gateway.route import HIDDEN_ARMS
 from gateway.store import errors, ordering, outbox
 from gateway.store.claims import Claims
 from gateway.store.ordering import moves_back, outcome_values, progress_values
@@ -33,6 +34,7 @@ from gateway.store.records import (
     Outcome,
     Progress,
     ValueRefused,
+    new_row,
 )
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import assets, jobs
@@ -85,11 +87,12 @@ class JobStore(Claims):
 
     # --- create and read -------------------------------------------------------------
 
-    async def create(self, new: NewJob) -> tuple[Job, bool]:
+    async def create(self, new: NewJob, shadow: NewJob | None = None) -> tuple[Job, bool]:
         """Insert a job in state ``creating``; return ``(job, created)``.
 
         With an idempotency key already used for the same request, the stored job comes
-        back with ``created=False`` (DESIGN invariant 1).
+        back with ``created=False`` (DESIGN invariant 1). ``shadow`` (its hidden copy,
+        docs/shadow.md) is inserted in the same statement, only when the job is new.
 
         Raises
         ------
@@ -97,18 +100,10 @@ class JobStore(Claims):
             The key was used for a different request body.
         """
         now = new.created_at or self._clock()
-        values = {
-            **new.__dict__,
-            "state": JobState.CREATING.value,
-            "raw_status": None,
-            "created_at": now,
-            "updated_at": now,
-            "next_attempt_at": now,
-            "attempts": 0,
-        }
+        rows = [new_row(job, now) for job in (new, shadow) if job is not None]
         try:
             async with self._engine.begin() as conn:
-                await conn.execute(jobs.insert().values(**values))
+                await conn.execute(jobs.insert(), rows)
         except IntegrityError as exc:
             if new.idempotency_key is None:
                 raise
@@ -210,6 +205,7 @@ class JobStore(Claims):
                     jobs.c.created_at < at, sa.and_(jobs.c.created_at == at, jobs.c.id < job_id)
                 )
             )
+        query = query.where(jobs.c.arm.not_in(HIDDEN_ARMS))  # shadows are never listed
         if created_after is not None:
             query = query.where(jobs.c.created_at > created_after)
         if created_before is not None:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import Job
+from gateway.route import HIDDEN_ARMS
 from gateway.store.schema import UTCDateTime, jobs
 
 __all__ = ["GET_JOB", "JobReader", "SqliteReads"]
@@ -35,6 +36,7 @@ _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
 _CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
 GET_JOB = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
+_NOT_HIDDEN = "arm NOT IN ({})".format(", ".join(f"'{arm}'" for arm in HIDDEN_ARMS))
 READ_TIMEOUT_S = 0.25  # a read waits this long for a checkpoint before the engine takes it
 
 
@@ -181,6 +183,7 @@ def _page_sql(
     if created_before is not None:
         where.append("created_at < ?")
         params.append(_sqlite_time(created_before))
+    where.append(_NOT_HIDDEN)  # shadows are never listed
     order = "created_at, id" if after is not None else "created_at DESC, id DESC"
     sql = f"SELECT {_LIST} FROM jobs"  # noqa: S608 (fixed fragments, bound values)
     if where:

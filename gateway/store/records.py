@@ -22,6 +22,7 @@ __all__ = [
     "Progress",
     "ValueRefused",
     "job_from_row",
+    "new_row",
     "storable_text",
 ]
 
@@ -52,6 +53,21 @@ class NewJob:
     created_at: datetime | None = None
     owner: str | None = None  # the API token's name: fair dispatch across apps
     priority: int = 0  # the route's: higher is dispatched first
+    arm: str = "control"
+    shadow_of: str | None = None
+
+
+def new_row(new: NewJob, now: datetime) -> dict[str, Any]:
+    """The ``jobs`` row of a new job in state ``creating``, created at ``now``."""
+    return {
+        **new.__dict__,
+        "state": JobState.CREATING.value,
+        "raw_status": None,
+        "created_at": now,
+        "updated_at": now,
+        "next_attempt_at": now,
+        "attempts": 0,
+    }
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ __all__ = [
     "metadata",
     "outbox",
     "provider_events",
+    "route_changes",
+    "routes",
     "secrets",
 ]
 
@@ -95,7 +97,11 @@ jobs = sa.Table(
     sa.Column("data_removed", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("owner", sa.String(64)),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("arm", sa.String(16), nullable=False, server_default="control"),
+    sa.Column("shadow_of", sa.String(26)),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
+    sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
+    sa.Index("ix_jobs_shadow_of", "shadow_of"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
     sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),
 )
@@ -185,4 +191,29 @@ secrets = sa.Table(
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("created_at", UTCDateTime, nullable=False),
+)
+
+routes = sa.Table(
+    "routes",
+    metadata,
+    sa.Column("key", sa.String(320), primary_key=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("config_hash", sa.String(64), nullable=False),
+    sa.Column("changed_live", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+route_changes = sa.Table(
+    "route_changes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("route", sa.String(320), nullable=False),
+    sa.Column("at", UTCDateTime, nullable=False),
+    sa.Column("who", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("before", sa.JSON),
+    sa.Column("after", sa.JSON, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("evidence", sa.JSON),
+    sa.Index("ix_route_changes_route_id", "route", "id"),
 )

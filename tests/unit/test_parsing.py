@@ -20,7 +20,7 @@ from contracts.replicate import CreatePrediction, parse_version_ref
 from gateway.config import RouteSettings, load_settings
 from gateway.http import wire
 from gateway.predictions import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
-from gateway.routing import Router
+from gateway.routing import Caller, Router
 
 VERSION = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
 OTHER_VERSION = "b" * 64
@@ -390,12 +390,15 @@ def test_canary_zero_and_hundred_percent_are_absolute(job_id: str):
     assert no_candidate.resolve(request, job_id).provider == "control"
 
 
-def test_canary_sends_about_its_percentage_and_is_stable_per_id():
+def test_canary_sends_about_its_percentage_and_is_stable_per_caller():
     router, request = _canary(30), CreatePrediction(model="acme/echo", input={})
-    picks = [router.resolve(request, f"job-{i:05d}").provider for i in range(10_000)]
+    callers = [Caller(token=f"r8_{i:05d}") for i in range(10_000)]
+    picks = [router.resolve(request, f"job-{i}", c).provider for i, c in enumerate(callers)]
     share = picks.count("candidate") / len(picks)
     assert 0.28 <= share <= 0.32, share
-    assert all(router.resolve(request, f"job-{i:05d}").provider == picks[i] for i in range(100))
+    # a new prediction id does not change a caller's arm
+    assert all(router.resolve(request, "other", callers[i]).provider == picks[i]
+               for i in range(100))
 
 
 # --- configuration ----------------------------------------------------------------------------

@@ -1,0 +1,135 @@
+"""The canary guard loop: rolls a breaching canary back to 0 by itself (docs/canary.md).
+
+Every ``interval_s`` (5 s by default) and for every route, it reads the control and
+candidate predictions finished within the guard's window (and after the route's last
+change), publishes their counts, error rates and p95 latency as gauges, and — when the
+route has a guard and its canary is above 0 — judges them (:func:`gateway.guard.evaluate`,
+plus the shadow contract-break rate from ``pair_stats``). A breach sets the canary to 0
+in one guarded, audited change (who ``guard``, the reason, the samples), logs
+``canary_rolled_back`` and counts it in ``cutover_guard_rollbacks_total``. Several
+processes may judge at once: the change only applies while the canary is above 0, so
+one rollback is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from gateway import guard
+from gateway.clock import Clock, utcnow
+from gateway.loop import Loop
+from gateway.metrics import Metrics
+from gateway.notify import Notifier
+from gateway.route import RouteSpec
+from gateway.routing import Router
+from gateway.store.routes import RouteBook
+
+__all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "arm_stats"]
+
+log = logging.getLogger(__name__)
+DEFAULT_WINDOW_S = 300.0
+PairStatsSource = Callable[[str, RouteSpec, datetime], Awaitable[guard.PairStats]]
+
+
+async def arm_stats(
+    book: RouteBook, key: str, since: datetime
+) -> tuple[guard.ArmStats, guard.ArmStats]:
+    """``(control, candidate)`` stats of route ``key`` since ``since``."""
+    samples = await book.samples(key, since)
+    control = guard.summarize(s for s in samples if s.arm == "control")
+    candidate = guard.summarize(s for s in samples if s.arm == "candidate")
+    return control, candidate
+
+
+class Guard(Loop):
+    """Judges every route's canary (see the module docstring)."""
+
+    name = "guard"
+
+    def __init__(
+        self,
+        *,
+        book: RouteBook,
+        router: Router,
+        notifier: Notifier,
+        interval_s: float,
+        metrics: Metrics | None = None,
+        pair_stats: PairStatsSource | None = None,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(notifier=notifier, interval_s=interval_s)
+        self._book = book
+        self._router = router
+        self._metrics = metrics
+        self._pair_stats = pair_stats
+        self._clock = clock
+
+    async def run_once(self) -> int:
+        """Judge every route once; the number of rollbacks made comes back (usually 0)."""
+        rolled = 0
+        for key in self._router.keys:
+            rolled += await self._judge(key, self._router.spec(key))
+        return rolled
+
+    async def _judge(self, key: str, spec: RouteSpec) -> int:
+        window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
+        since = max(self._clock() - timedelta(seconds=window_s), await self._changed_at(key))
+        control, candidate = await arm_stats(self._book, key, since)
+        self._publish(key, spec, control, candidate)
+        if spec.guard is None or spec.canary_percent <= 0 or not spec.candidate:
+            return 0
+        pairs = None
+        if self._pair_stats is not None and spec.guard.max_contract_break_rate is not None:
+            pairs = await self._pair_stats(key, spec, since)
+        breach = guard.evaluate(spec.guard, control, candidate, pairs)
+        if breach is None:
+            return 0
+        return await self._roll_back(key, spec, breach)
+
+    async def _changed_at(self, key: str) -> datetime:
+        entries = await self._book.history(key, limit=1)
+        return entries[0].at if entries else datetime.min.replace(tzinfo=self._clock().tzinfo)
+
+    async def _roll_back(self, key: str, spec: RouteSpec, breach: guard.Breach) -> int:
+        entry = await self._book.change(
+            key,
+            who="guard",
+            action="rollback",
+            reason=f"guard: {breach.reason}",
+            update={"canary_percent": 0.0},
+            evidence=breach.evidence,
+            only_if=lambda current: current.canary_percent > 0,
+        )
+        if entry is None:
+            return 0
+        log.warning(
+            "canary_rolled_back",
+            extra={
+                "route": key,
+                "provider": spec.candidate,
+                "canary_percent": spec.canary_percent,
+                "reason": breach.reason,
+            },
+        )
+        if self._metrics is not None:
+            self._metrics.guard_rollbacks.labels(key).inc()
+        self._notifier.wake("routes")
+        return 1
+
+    def _publish(
+        self, key: str, spec: RouteSpec, control: guard.ArmStats, candidate: guard.ArmStats
+    ) -> None:
+        if self._metrics is None:
+            return
+        arms = [("control", spec.provider, control)]
+        if spec.candidate:
+            arms.append(("candidate", spec.candidate, candidate))
+        for arm, provider, stats in arms:
+            labels = (key, arm, provider)
+            self._metrics.route_window_predictions.labels(*labels).set(stats.count)
+            if stats.error_rate is not None:
+                self._metrics.route_error_ratio.labels(*labels).set(stats.error_rate)
+            if stats.p95_s is not None:
+                self._metrics.route_latency_p95.labels(*labels).set(stats.p95_s)

@@ -1,0 +1,195 @@
+"""The admin API's routes endpoints (docs/canary.md), under ``/admin`` with admin tokens.
+
+A route is addressed as ``/admin/routes/{owner}/{name}`` where ``{name}`` may carry the
+version (``acme/echo:5c7d...``), i.e. the route's name as written in the config.
+Every change needs a JSON body with a non-empty ``reason``; it is audited with the admin
+token's name as "who". Bad input is a problem+json 4xx and changes nothing.
+
+``GET  /admin/routes``                         every route and its spec
+``GET  /admin/routes/{route}``                 spec, per-arm numbers, recent changes
+``GET  /admin/routes/{route}/changes?limit=``  the route's audit trail, newest first
+``GET  /admin/route-changes?limit=``           every route's audit trail, newest first
+``POST /admin/routes/{route}/canary``          ``{"percent": 0-100, "reason": "..."}``
+``POST /admin/routes/{route}/rollback``        ``{"reason": "..."}``
+``POST /admin/routes/{route}/shadow``          ``{"percent": 0-100, "reason": "..."}``
+``PATCH /admin/routes/{route}``                ``{"reason": "...", <spec fields>...}``
+``GET  /admin/routes/{route}/shadow-report?since=&format=``
+    the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
+    ``md`` or ``json``
+``GET  /admin/predictions/{id}``               which route, arm and provider served it
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from aiohttp import web
+
+from contracts.errors import ContractViolation
+from gateway.http import keys
+from gateway.http.middleware import json_response
+from gateway.routecontrol import RouteControl
+from gateway.webhooks.deadletter import parse_time
+
+__all__ = ["ADMIN_TOKENS", "routes"]
+
+routes = web.RouteTableDef()
+ADMIN_TOKENS = web.AppKey("admin_tokens", list[tuple[str, bytes]])  # (name, token)
+_ROUTE = "/routes/{owner}/{name}"
+MAX_LIMIT = 1000
+
+
+def _control(request: web.Request) -> RouteControl:
+    return request.config_dict[keys.ROUTES].control
+
+
+def _key(request: web.Request) -> str:
+    return f"{request.match_info['owner']}/{request.match_info['name']}"
+
+
+def _who(request: web.Request) -> str:
+    """The name of the admin token the (already authenticated) request presented."""
+    _, _, token = request.headers.get("Authorization", "").partition(" ")
+    presented = token.strip().encode(errors="surrogateescape")
+    for name, accepted in request.app[ADMIN_TOKENS]:
+        if hmac.compare_digest(presented, accepted):
+            return name
+    return "admin"
+
+
+def _limit(request: web.Request, default: int = 100) -> int:
+    try:
+        limit = int(request.query.get("limit", default))
+    except ValueError:
+        raise ContractViolation("limit must be an integer") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ContractViolation(f"limit must be from 1 to {MAX_LIMIT}")
+    return limit
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ContractViolation("the request body must be a JSON object")
+    if not isinstance(body.get("reason"), str) or not body["reason"].strip():
+        raise ContractViolation('a route change needs a non-empty "reason"')
+    return body
+
+
+async def _changed(request: web.Request, entry: Any) -> web.Response:
+    await request.config_dict[keys.ROUTES].sync.reload()  # live in this process at once
+    return json_response(entry.model_dump(mode="json"))
+
+
+@routes.get("/routes")
+async def list_routes(request: web.Request) -> web.Response:
+    """Every route and its spec."""
+    return json_response({"results": await _control(request).listing()})
+
+
+@routes.get("/route-changes")
+async def all_changes(request: web.Request) -> web.Response:
+    """Every route's audit trail, newest first."""
+    entries = await _control(request).history(None, _limit(request))
+    return json_response({"results": entries})
+
+
+@routes.get(_ROUTE)
+async def show_route(request: web.Request) -> web.Response:
+    """One route: spec, per-arm numbers, recent changes."""
+    return json_response(await _control(request).describe(_key(request)))
+
+
+@routes.get(_ROUTE + "/changes")
+async def route_changes(request: web.Request) -> web.Response:
+    """One route's audit trail."""
+    entries = await _control(request).history(_key(request), _limit(request))
+    return json_response({"results": entries})
+
+
+@routes.post(_ROUTE + "/canary")
+async def set_canary(request: web.Request) -> web.Response:
+    """Set the canary percent."""
+    body = await _body(request)
+    if "percent" not in body:
+        raise ContractViolation('the body needs "percent" (0 to 100)')
+    entry = await _control(request).set_canary(
+        _key(request), body["percent"], who=_who(request), reason=body["reason"]
+    )
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/rollback")
+async def rollback(request: web.Request) -> web.Response:
+    """Canary back to 0."""
+    body = await _body(request)
+    entry = await _control(request).rollback(_key(request), who=_who(request),
+                                             reason=body["reason"])
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/shadow")
+async def set_shadow(request: web.Request) -> web.Response:
+    """Set the shadow percent."""
+    body = await _body(request)
+    if "percent" not in body:
+        raise ContractViolation('the body needs "percent" (0 to 100)')
+    entry = await _control(request).set_shadow(
+        _key(request), body["percent"], who=_who(request), reason=body["reason"]
+    )
+    return await _changed(request, entry)
+
+
+@routes.patch(_ROUTE)
+async def patch_route(request: web.Request) -> web.Response:
+    """Change any spec fields (guard thresholds, shadow policy and budget, caller key...)."""
+    body = await _body(request)
+    reason = body.pop("reason")
+    if not body:
+        raise ContractViolation("nothing to change: name at least one route field")
+    entry = await _control(request).change(_key(request), body, who=_who(request),
+                                           reason=reason)
+    return await _changed(request, entry)
+
+
+_REPORT_TYPES = {"html": "text/html", "md": "text/markdown", "json": "application/json"}
+
+
+@routes.get(_ROUTE + "/shadow-report")
+async def shadow_report(request: web.Request) -> web.Response:
+    """The route's shadow-diff report page."""
+    key = _key(request)
+    fmt = request.query.get("format", "html")
+    if fmt not in _REPORT_TYPES:
+        raise ContractViolation(f"format must be one of {', '.join(_REPORT_TYPES)}")
+    since_text = request.query.get("since")
+    since = parse_time(since_text, "since") if since_text else None
+    spec = await _control(request).spec(key)
+    body = await request.config_dict[keys.ROUTES].pairs.report(key, spec, since=since,
+                                                                fmt=fmt)  # type: ignore[arg-type]
+    return web.Response(text=body, content_type=_REPORT_TYPES[fmt], charset="utf-8")
+
+
+@routes.get("/predictions/{id}")
+async def prediction_owner(request: web.Request) -> web.Response:
+    """Which route, arm and provider own a prediction (never shown to apps)."""
+    job = await request.config_dict[keys.STORE].get(request.match_info["id"])
+    shadows = await request.config_dict[keys.ROUTES].shadows.shadows_of(job.id)
+    return json_response(
+        {
+            "id": job.id,
+            "route": job.route,
+            "arm": job.arm,
+            "provider": job.provider,
+            "provider_job_id": job.provider_job_id,
+            "state": job.state.value,
+            "shadow_of": job.shadow_of,
+            "shadows": [{"id": s.id, "provider": s.provider, "state": s.state.value}
+                        for s in shadows],
+        }
+    )

@@ -1,0 +1,172 @@
+"""A route's live traffic settings, and the audit record of a change (docs/canary.md).
+
+A route's *spec* is what an operator changes while the gateway runs: the control
+``provider``, the ``candidate``, the canary and shadow percents, the caller key that
+makes the canary sticky, the guard thresholds, and the shadow input policy
+(:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
+and comparison thresholds (:class:`shadow.thresholds.Thresholds`).
+The config file seeds it; the store holds it (:mod:`gateway.store.routes`). Every model
+here is frozen and refuses unknown fields, so a malformed change is refused whole.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from shadow.policy import ShadowPolicy
+from shadow.thresholds import Thresholds
+
+__all__ = [
+    "ARMS",
+    "HIDDEN_ARMS",
+    "AuditEntry",
+    "CallerKey",
+    "GuardSettings",
+    "RouteSpec",
+    "ShadowBudget",
+    "parse_caller_key",
+    "route_key",
+]
+
+#: ``shadow`` runs a control prediction's input on the candidate, ``baseline`` on the
+#: control a second time (the noise baseline, docs/shadow.md); apps never see either.
+ARMS = ("control", "candidate", "shadow", "baseline")
+HIDDEN_ARMS = ("shadow", "baseline")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def route_key(model: str, version: str | None) -> str:
+    """A route's name as written in the config: ``model`` or ``model:version``."""
+    return f"{model}:{version}" if version else model
+
+
+class CallerKey(_Frozen):
+    """What identifies a caller for the sticky canary: the API token (default), a request
+    header, or a top-level input field."""
+
+    source: Literal["token", "header", "input"] = "token"
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.source if self.name is None else f"{self.source}:{self.name}"
+
+
+def parse_caller_key(text: str) -> CallerKey:
+    """``token``, ``header:X-User`` or ``input:user_id`` as a :class:`CallerKey`.
+
+    Raises
+    ------
+    ValueError
+        Any other form, or a header or field name that cannot be one.
+    """
+    source, sep, name = text.partition(":")
+    if source == "token" and not sep:
+        return CallerKey()
+    if source == "header" and _HEADER_RE.match(name):
+        return CallerKey(source="header", name=name)
+    if source == "input" and _FIELD_RE.match(name):
+        return CallerKey(source="input", name=name)
+    raise ValueError(
+        f"caller_key {text!r} is not 'token', 'header:NAME' or 'input:FIELD'"
+    )
+
+
+class GuardSettings(_Frozen):
+    """Thresholds that roll a canary back to 0 by themselves (docs/canary.md, "Guard").
+
+    A breach is any of: the candidate's error rate above ``max_error_rate`` (0-1); its
+    p95 latency above ``max_p95_ratio`` times the control's; the shadow contract-break
+    rate clearly above ``max_contract_break_rate`` (0-1: the Wilson lower bound of the
+    share of candidate pairs, :func:`shadow.noise.contract_breach`). Only predictions
+    finished within the last ``window_s`` seconds count, and the error rate and latency
+    are judged only over at least ``min_samples`` of them (on each arm, for the ratio).
+    """
+
+    max_error_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_p95_ratio: float | None = Field(default=None, gt=0.0)
+    max_contract_break_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_samples: int = Field(default=20, ge=1, le=1_000_000)
+    window_s: float = Field(default=300.0, gt=0.0, le=7 * 86400.0)
+
+    @model_validator(mode="after")
+    def _some_threshold(self) -> GuardSettings:
+        if self.max_p95_ratio is not None and not math.isfinite(self.max_p95_ratio):
+            raise ValueError("max_p95_ratio must be a finite number")
+        if (self.max_error_rate, self.max_p95_ratio, self.max_contract_break_rate) == (
+            None,
+            None,
+            None,
+        ):
+            raise ValueError(
+                "a guard needs at least one of max_error_rate, max_p95_ratio, "
+                "max_contract_break_rate"
+            )
+        return self
+
+
+class ShadowBudget(_Frozen):
+    """How many shadows a route may have running at once and start per hour; a shadow
+    over budget is dropped, never queued."""
+
+    max_concurrent: int = Field(default=2, ge=0)
+    max_per_hour: int = Field(default=100, ge=0)
+
+
+class RouteSpec(_Frozen):
+    """A route's live traffic settings (see the module docstring)."""
+
+    provider: str
+    candidate: str | None = None
+    canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
+    shadow_percent: float = Field(default=0.0, ge=0.0, le=100.0)
+    baseline_percent: float = Field(default=20.0, ge=0.0, le=100.0)
+    caller_key: CallerKey = Field(default_factory=CallerKey)
+    guard: GuardSettings | None = None
+    shadow_policy: ShadowPolicy | None = None
+    shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
+    shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @field_validator("caller_key", mode="before")
+    @classmethod
+    def _caller_key_text(cls, value: Any) -> Any:
+        return parse_caller_key(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _candidate_needed(self) -> RouteSpec:
+        if self.canary_percent and not self.candidate:
+            raise ValueError("canary_percent needs a candidate provider")
+        if self.shadow_percent and not self.candidate:
+            raise ValueError("shadow_percent needs a candidate provider")
+        if self.candidate is not None and self.candidate == self.provider:
+            raise ValueError("the candidate must be another provider than the control")
+        return self
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON form kept in the store (``caller_key`` as its text form)."""
+        data = self.model_dump(mode="json", exclude={"caller_key"})
+        return {**data, "caller_key": str(self.caller_key)}
+
+
+class AuditEntry(_Frozen):
+    """One change of one route: who (an admin token's name, ``cli``, ``config`` or
+    ``guard``), when, the spec before and after, why, and for the guard the samples."""
+
+    id: int
+    route: str
+    at: datetime
+    who: str
+    action: str
+    before: dict[str, Any] | None
+    after: dict[str, Any]
+    reason: str
+    evidence: dict[str, Any] | None = None

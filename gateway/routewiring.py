@@ -1,0 +1,80 @@
+"""The canary and shadow services of one gateway process, built together (docs/canary.md).
+
+:func:`open_routes` seeds the store's routes from the config file, loads the live specs
+into the router, and returns every piece the app, its admin endpoints and its loops use:
+the route book, the route control, the route sync and guard loops, the shadow store, the
+shadow comparisons, and the dispatcher's shadow gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config import Settings
+from gateway.guardloop import Guard
+from gateway.loop import Loop
+from gateway.metrics import Metrics
+from gateway.notify import Notifier
+from gateway.routecontrol import RouteControl
+from gateway.routesync import RouteSync, seed
+from gateway.routing import Router
+from gateway.shadowgate import ShadowGate
+from gateway.shadowpairs import ShadowComparisons
+from gateway.storage import Storage
+from gateway.store.db import Engine
+from gateway.store.routes import RouteBook
+from gateway.store.shadows import ShadowStore
+
+__all__ = ["RouteServices", "open_routes"]
+
+
+@dataclass(frozen=True)
+class RouteServices:
+    """Everything routes-as-data and shadows need in one process."""
+
+    book: RouteBook
+    control: RouteControl
+    sync: RouteSync
+    shadows: ShadowStore
+    pairs: ShadowComparisons
+    router: Router
+    notifier: Notifier
+    metrics: Metrics
+
+    def shadow_gate(self) -> ShadowGate:
+        """The dispatcher's shadow budget check."""
+        return ShadowGate(shadows=self.shadows, router=self.router, metrics=self.metrics)
+
+    def loops(self, *, guard_interval_s: float) -> list[Loop]:
+        """The route sync loop and the canary guard loop."""
+        guard = Guard(book=self.book, router=self.router, notifier=self.notifier,
+                      interval_s=guard_interval_s, metrics=self.metrics,
+                      pair_stats=self.pairs.pair_stats)
+        return [self.sync, guard]
+
+
+async def open_routes(
+    settings: Settings,
+    engine: Engine,
+    router: Router,
+    notifier: Notifier,
+    metrics: Metrics,
+    storage: Storage,
+) -> RouteServices:
+    """Seed the store from the file, load the live specs, and build the services."""
+    book = RouteBook(engine)
+    shadows = ShadowStore(engine)
+    sync = RouteSync(book=book, router=router, notifier=notifier,
+                     interval_s=settings.gateway.route_poll_interval_s, metrics=metrics)
+    await seed(book, router)
+    await sync.reload()
+    return RouteServices(
+        book=book,
+        control=RouteControl(book, routes=router.keys, providers=settings.providers),
+        sync=sync,
+        shadows=shadows,
+        pairs=ShadowComparisons(shadows, storage, public_url=settings.gateway.public_url),
+        router=router,
+        notifier=notifier,
+        metrics=metrics,
+    )

@@ -1,0 +1,73 @@
+"""The shadow budget at dispatch: a shadow over its route's budget is dropped, not queued.
+
+A shadow is written with its primary at create time at no cost but one insert; whether
+it may run is decided here, when the dispatcher claims it (docs/shadow.md, "Budget"): at
+most ``shadow_budget.max_concurrent`` of a route's shadows running at once, and at most
+``max_per_hour`` started in any hour. Shadows claimed in one round are admitted one by
+one, each counting those admitted before it. Gateway processes share the counts through
+the store, so several processes may briefly overshoot by the shadows they admit in the
+same instant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from contracts.errors import NotFound
+from contracts.job import Job
+from gateway.metrics import Metrics
+from gateway.route import HIDDEN_ARMS
+from gateway.routing import Router
+from gateway.store.shadows import ShadowStore
+
+__all__ = ["DROPPED", "ShadowGate"]
+
+log = logging.getLogger(__name__)
+DROPPED = "shadow dropped: the route's shadow budget is spent"
+
+
+class ShadowGate:
+    """Admits or drops the shadows of one dispatcher round."""
+
+    def __init__(
+        self, *, shadows: ShadowStore, router: Router, metrics: Metrics | None = None
+    ) -> None:
+        self._shadows = shadows
+        self._router = router
+        self._metrics = metrics
+
+    async def split(self, claimed: list[Job]) -> tuple[list[Job], list[Job]]:
+        """``(to submit, to drop)`` of one round's claimed jobs; primaries always pass."""
+        admitted: Counter[str] = Counter()
+        keep, drop = [], []
+        for job in claimed:
+            if job.arm not in HIDDEN_ARMS:
+                keep.append(job)
+            elif await self._fits(job, admitted[job.route]):
+                admitted[job.route] += 1
+                keep.append(job)
+            else:
+                drop.append(job)
+        return keep, drop
+
+    async def _fits(self, job: Job, admitted: int) -> bool:
+        try:
+            budget = self._router.spec(job.route).shadow_budget
+        except NotFound:  # a route no longer configured: nothing to compare against
+            return False
+        running, last_hour = await self._shadows.budget_use(job.route)
+        fits = (
+            running + admitted < budget.max_concurrent
+            and last_hour + admitted < budget.max_per_hour
+        )
+        outcome = "submitted" if fits else "dropped"
+        if self._metrics is not None:
+            self._metrics.shadows.labels(job.route, outcome).inc()
+        if not fits:
+            log.info(
+                "shadow_dropped",
+                extra={"job_id": job.id, "route": job.route, "running": running,
+                       "last_hour": last_hour},
+            )
+        return fits

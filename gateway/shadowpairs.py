@@ -1,0 +1,113 @@
+"""Shadow pairs from the store, compared and reported with the ``shadow`` package.
+
+Feeds :func:`shadow.compare.compare` with the two ends of each finished pair (their job
+rows and the files copied to owned storage, read from there), keeps each comparison in
+memory (a pair's ends never change once terminal), and builds a route's report
+(:func:`shadow.report.build`: candidate pairs judged against the control-vs-control
+baseline pairs, rendered as Markdown, JSON or one offline HTML page) for ``cutover shadow
+report`` and the admin page. The canary guard reads the contract-break breach from here
+(:func:`shadow.noise.contract_breach`). See docs/shadow.md, "How the gateway uses it".
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+
+from gateway import guard
+from gateway.route import RouteSpec
+from gateway.storage import Storage
+from gateway.store.shadows import FileRow, ShadowPair, ShadowStore
+from shadow import compare as comparing
+from shadow import noise
+from shadow import report as reporting
+from shadow.outcome import Outcome, OutputFile
+
+__all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
+
+GUARD_PAIRS = 200  # the newest candidate pairs the guard judges per round
+REPORT_PAIRS = 1000  # the newest pairs of each kind a report aggregates
+CACHE_SIZE = 5000
+
+
+class ShadowComparisons:
+    """Compared shadow pairs of every route (see the module docstring).
+
+    Parameters
+    ----------
+    shadows : ShadowStore
+        Reads finished pairs and their files.
+    storage : Storage
+        Owned storage, where the pairs' output files were copied.
+    public_url : str
+        The gateway's base URL (output file URLs are ``{public_url}/assets/{key}``).
+    """
+
+    def __init__(self, shadows: ShadowStore, storage: Storage, *, public_url: str) -> None:
+        self._shadows = shadows
+        self._storage = storage
+        self._public_url = public_url
+        self._cache: OrderedDict[str, comparing.PairComparison] = OrderedDict()
+
+    def _file(self, row: FileRow) -> OutputFile:
+        return OutputFile(
+            content_type=row.content_type,
+            size_bytes=row.size_bytes,
+            sha256=row.sha256,
+            url=f"{self._public_url}/assets/{row.key}",
+            path=self._storage.path(row.key),
+            key=row.key,
+        )
+
+    async def _compare(self, pair: ShadowPair) -> comparing.PairComparison:
+        shadow_id = pair.candidate.id
+        cached = self._cache.get(shadow_id)
+        if cached is not None:
+            self._cache.move_to_end(shadow_id)
+            return cached
+        control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
+        other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
+        compared = await comparing.compare(control, other, pair_id=shadow_id)
+        self._cache[shadow_id] = compared
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return compared
+
+    async def compared(
+        self, route: str, kind: str, since: datetime | None = None, limit: int = REPORT_PAIRS
+    ) -> list[comparing.PairComparison]:
+        """The route's newest finished pairs of ``kind`` (``shadow`` or ``baseline``)."""
+        found = await self._shadows.pairs(route, since, limit, kind=kind)
+        return [await self._compare(pair) for pair in found]
+
+    async def pair_stats(self, route: str, spec: RouteSpec, since: datetime) -> guard.PairStats:
+        """Candidate pairs since ``since``, their contract breaks, and the breach sentence
+        against the guard's ``max_contract_break_rate`` (for :mod:`gateway.guardloop`)."""
+        found = await self.compared(route, "shadow", since, GUARD_PAIRS)
+        thresholds = spec.shadow_thresholds
+        if spec.guard is not None and spec.guard.max_contract_break_rate is not None:
+            thresholds = thresholds.model_copy(
+                update={"max_contract_break_rate": spec.guard.max_contract_break_rate}
+            )
+        return guard.PairStats(
+            pairs=len(found),
+            breaks=sum(p.is_contract_break for p in found),
+            breach=noise.contract_breach(found, thresholds) if found else None,
+        )
+
+    async def report(
+        self,
+        route: str,
+        spec: RouteSpec,
+        *,
+        since: datetime | None = None,
+        fmt: reporting.Format = "md",
+    ) -> str:
+        """The route's shadow-diff report in ``fmt`` (``md``, ``json`` or ``html``)."""
+        candidates = await self.compared(route, "shadow", since)
+        baseline = await self.compared(route, "baseline", since)
+        built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
+                                since=since)
+        if fmt == "html":  # thumbnails as data: URIs, so the page works offline
+            built = await reporting.with_previews(built)
+        return reporting.render(built, fmt)

@@ -1,0 +1,251 @@
+"""Routes as data: every read and write of the ``routes`` and ``route_changes`` tables.
+
+A route's live spec (:class:`gateway.route.RouteSpec`) is one JSON row; every change
+writes an audit row in the same transaction, so the highest audit id is the routes'
+version: a process reloads its routes when it sees a new one (:mod:`gateway.routesync`).
+Seeding from the config file (docs/canary.md, "Which wins") never overwrites a change
+made live: a route missing from the store is inserted; a route whose file entry changed
+since it was last seeded takes the file's spec only when nobody changed it live since,
+otherwise the store wins and :meth:`RouteBook.seed` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from contracts.errors import ContractViolation, NotFound
+from contracts.job import JobState
+from gateway.clock import Clock, utcnow
+from gateway.guard import Sample
+from gateway.route import AuditEntry, RouteSpec
+from gateway.store.schema import jobs, route_changes, routes
+
+__all__ = ["RouteBook", "SeedNote", "config_hash"]
+
+_FINISHED = [JobState.COMPLETED.value, JobState.FAILED.value]
+MAX_SAMPLES = 10_000
+
+
+def config_hash(spec: RouteSpec) -> str:
+    """A digest of a spec as the config file gives it (to see when the file changed)."""
+    text = json.dumps(spec.stored(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SeedNote:
+    """What seeding did with one configured route: ``inserted``, ``unchanged``,
+    ``file_applied`` (the file changed, nothing live: the file wins) or ``store_wins``
+    (the file changed but the route was changed live: the store's spec stays)."""
+
+    route: str
+    outcome: str
+    differs: tuple[str, ...] = ()
+
+
+def _differs(a: RouteSpec, b: RouteSpec) -> tuple[str, ...]:
+    left, right = a.stored(), b.stored()
+    return tuple(sorted(k for k in left if left[k] != right.get(k)))
+
+
+def _entry(row: sa.Row[Any]) -> AuditEntry:
+    return AuditEntry.model_validate(dict(row._mapping))
+
+
+class RouteBook:
+    """The routes in the store and their audit trail.
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The process's engine (owned by the caller).
+    clock : Clock
+        Injected time source.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def seed(self, configured: dict[str, RouteSpec]) -> list[SeedNote]:
+        """Bring the config file's routes into the store (see the module docstring)."""
+        notes = []
+        for key, spec in configured.items():
+            try:
+                notes.append(await self._seed_one(key, spec))
+            except IntegrityError:  # another process seeded it at the same moment
+                notes.append(SeedNote(key, "unchanged"))
+        return notes
+
+    async def _seed_one(self, key: str, spec: RouteSpec) -> SeedNote:
+        seeded = config_hash(spec)
+        async with self._engine.begin() as conn:
+            row = await self._row(conn, key)
+            if row is None:
+                await conn.execute(
+                    routes.insert().values(
+                        key=key, spec=spec.stored(), config_hash=seeded,
+                        changed_live=False, updated_at=self._clock(),
+                    )
+                )
+                await self._audit(conn, key, "config", "seed", None, spec, "seeded from config")
+                return SeedNote(key, "inserted")
+            stored = RouteSpec.model_validate(row.spec)
+            if row.config_hash == seeded:
+                return SeedNote(key, "unchanged", _differs(stored, spec))
+            if row.changed_live:
+                return SeedNote(key, "store_wins", _differs(stored, spec))
+            await conn.execute(
+                routes.update()
+                .where(routes.c.key == key)
+                .values(spec=spec.stored(), config_hash=seeded, updated_at=self._clock())
+            )
+            await self._audit(
+                conn, key, "config", "config", stored, spec, "the config file changed"
+            )
+            return SeedNote(key, "file_applied", _differs(stored, spec))
+
+    async def version(self) -> int:
+        """The routes' version: the newest audit id (0 before any route exists)."""
+        async with self._engine.connect() as conn:
+            found = (await conn.execute(sa.select(sa.func.max(route_changes.c.id)))).scalar()
+        return int(found or 0)
+
+    async def load(self) -> tuple[int, dict[str, RouteSpec]]:
+        """``(version, {route key: spec})`` read in one transaction."""
+        async with self._engine.connect() as conn:
+            version = (await conn.execute(sa.select(sa.func.max(route_changes.c.id)))).scalar()
+            rows = (await conn.execute(sa.select(routes.c.key, routes.c.spec))).all()
+        return int(version or 0), {r.key: RouteSpec.model_validate(r.spec) for r in rows}
+
+    async def get(self, key: str) -> RouteSpec:
+        """The stored spec of route ``key``; ``NotFound`` otherwise."""
+        async with self._engine.connect() as conn:
+            row = await self._row(conn, key)
+        if row is None:
+            raise NotFound(f"route {key!r} does not exist")
+        return RouteSpec.model_validate(row.spec)
+
+    async def change(
+        self,
+        key: str,
+        *,
+        who: str,
+        action: str,
+        reason: str,
+        update: dict[str, Any],
+        evidence: dict[str, Any] | None = None,
+        only_if: Callable[[RouteSpec], bool] | None = None,
+    ) -> AuditEntry | None:
+        """Apply ``update`` (spec fields) to route ``key`` and audit it, in one transaction.
+
+        Returns the audit entry, or None when ``only_if`` refused the current spec (e.g.
+        the guard finds the canary already at 0).
+
+        Raises
+        ------
+        NotFound
+            No such route.
+        ContractViolation
+            An empty reason, or the changed spec is invalid (nothing is changed).
+        """
+        if not reason.strip():
+            raise ContractViolation("a route change needs a reason")
+        async with self._engine.begin() as conn:
+            row = await self._row(conn, key, lock=True)
+            if row is None:
+                raise NotFound(f"route {key!r} does not exist")
+            before = RouteSpec.model_validate(row.spec)
+            if only_if is not None and not only_if(before):
+                return None
+            try:
+                after = RouteSpec.model_validate({**before.stored(), **update})
+            except ValidationError as exc:
+                raise ContractViolation(_problem(exc)) from exc
+            await conn.execute(
+                routes.update()
+                .where(routes.c.key == key)
+                .values(spec=after.stored(), changed_live=True, updated_at=self._clock())
+            )
+            return await self._audit(conn, key, who, action, before, after, reason, evidence)
+
+    async def history(self, key: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """Audit entries, newest first (of one route, or of all)."""
+        query = sa.select(route_changes).order_by(route_changes.c.id.desc()).limit(limit)
+        if key is not None:
+            query = query.where(route_changes.c.route == key)
+        async with self._engine.connect() as conn:
+            return [_entry(r) for r in (await conn.execute(query)).all()]
+
+    async def samples(self, key: str, since: datetime) -> list[Sample]:
+        """Control and candidate predictions of route ``key`` finished since ``since``."""
+        query = (
+            sa.select(jobs.c.arm, jobs.c.state, jobs.c.created_at, jobs.c.completed_at)
+            .where(
+                jobs.c.route == key,
+                jobs.c.completed_at >= since,
+                jobs.c.state.in_(_FINISHED),
+                jobs.c.arm.in_(["control", "candidate"]),
+            )
+            .order_by(jobs.c.completed_at.desc())
+            .limit(MAX_SAMPLES)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            Sample(
+                arm=r.arm,
+                failed=r.state == JobState.FAILED.value,
+                latency_s=max(0.0, (r.completed_at - r.created_at).total_seconds()),
+            )
+            for r in rows
+        ]
+
+    async def _row(self, conn: AsyncConnection, key: str, lock: bool = False) -> Any:
+        query = sa.select(routes).where(routes.c.key == key)
+        if lock:
+            query = query.with_for_update()
+        return (await conn.execute(query)).first()
+
+    async def _audit(
+        self,
+        conn: AsyncConnection,
+        key: str,
+        who: str,
+        action: str,
+        before: RouteSpec | None,
+        after: RouteSpec,
+        reason: str,
+        evidence: dict[str, Any] | None = None,
+    ) -> AuditEntry:
+        values = {
+            "route": key,
+            "at": self._clock(),
+            "who": who[:128],
+            "action": action,
+            "before": before.stored() if before is not None else None,
+            "after": after.stored(),
+            "reason": reason,
+            "evidence": evidence,
+        }
+        result = await conn.execute(route_changes.insert().values(**values))
+        return AuditEntry(id=int(result.inserted_primary_key[0]), **values)
+
+
+def _problem(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "invalid route change: " + "; ".join(parts)

@@ -1,0 +1,123 @@
+"""Shadow jobs in the store: budget counts, finished pairs and their files (docs/shadow.md).
+
+A shadow is a job row of its own (``arm = 'shadow'``) whose ``shadow_of`` names its
+primary; it is written in the primary's insert transaction (:meth:`gateway.store.JobStore
+.create`). This module reads what the dispatcher needs to keep a route's shadows within
+budget and what the report needs to compare pairs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job
+from gateway.clock import Clock, utcnow
+from gateway.route import HIDDEN_ARMS
+from gateway.store.schema import assets, jobs
+
+__all__ = ["FileRow", "ShadowPair", "ShadowStore"]
+
+_ACTIVE = [s.value for s in ACTIVE_STATES]
+_TERMINAL = [s.value for s in TERMINAL_STATES]
+
+
+@dataclass(frozen=True)
+class FileRow:
+    """One output file a job's outputs were copied to (``key`` in owned storage)."""
+
+    key: str
+    sha256: str
+    size_bytes: int
+    content_type: str
+
+
+@dataclass(frozen=True)
+class ShadowPair:
+    """A finished primary (control) and its finished shadow, with their files; ``kind``
+    is the shadow's arm: ``shadow`` (the candidate) or ``baseline`` (the control again)."""
+
+    control: Job
+    candidate: Job
+    control_files: tuple[FileRow, ...]
+    candidate_files: tuple[FileRow, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.candidate.arm
+
+
+def _job(row: Any) -> Job:
+    return Job.model_validate(dict(row._mapping))
+
+
+class ShadowStore:
+    """Reads of shadow jobs (see the module docstring)."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    async def budget_use(self, route: str) -> tuple[int, int]:
+        """``(running, started in the last hour)``: the route's submitted shadows."""
+        hour_ago = self._clock() - timedelta(hours=1)
+        shadows = sa.and_(jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS),
+                          jobs.c.submitted_at.is_not(None))
+        running = sa.select(sa.func.count()).where(shadows, jobs.c.state.in_(_ACTIVE))
+        recent = sa.select(sa.func.count()).where(shadows, jobs.c.submitted_at >= hour_ago)
+        async with self._engine.connect() as conn:
+            return (
+                int((await conn.execute(running)).scalar_one()),
+                int((await conn.execute(recent)).scalar_one()),
+            )
+
+    async def shadows_of(self, job_id: str) -> list[Job]:
+        """The shadow jobs of primary ``job_id``."""
+        query = sa.select(jobs).where(jobs.c.shadow_of == job_id).order_by(jobs.c.id)
+        async with self._engine.connect() as conn:
+            return [_job(r) for r in (await conn.execute(query)).all()]
+
+    async def pairs(
+        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str
+    ) -> list[ShadowPair]:
+        """The route's newest ``limit`` pairs of ``kind`` (``shadow``: with the candidate,
+        ``baseline``: the control twice) where both ends are terminal."""
+        primary = jobs.alias("primary")
+        query = (
+            sa.select(jobs.c.id, jobs.c.shadow_of)
+            .join(primary, primary.c.id == jobs.c.shadow_of)
+            .where(
+                jobs.c.route == route,
+                jobs.c.arm == kind,
+                jobs.c.state.in_(_TERMINAL),
+                primary.c.state.in_(_TERMINAL),
+            )
+            .order_by(jobs.c.created_at.desc())
+            .limit(limit)
+        )
+        if since is not None:
+            query = query.where(jobs.c.created_at >= since)
+        async with self._engine.connect() as conn:
+            links = (await conn.execute(query)).all()
+            ids = [r.id for r in links] + [r.shadow_of for r in links]
+            found = {}
+            files: defaultdict[str, list[FileRow]] = defaultdict(list)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                for row in await conn.execute(sa.select(jobs).where(jobs.c.id.in_(chunk))):
+                    found[row.id] = _job(row)
+                owned = sa.select(assets).where(assets.c.job_id.in_(chunk)).order_by(assets.c.key)
+                for row in await conn.execute(owned):
+                    files[row.job_id].append(
+                        FileRow(row.key, row.sha256, row.size_bytes, row.content_type)
+                    )
+        return [
+            ShadowPair(found[r.shadow_of], found[r.id], tuple(files[r.shadow_of]),
+                       tuple(files[r.id]))
+            for r in links
+        ]
