@@ -99,7 +99,7 @@ class GatewaySettings(_Section):
     cancel_resend_s: float = Field(default=2.0, gt=0)
     stream_poll_s: float = Field(default=1.0, gt=0)
     stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
-    route_poll_interval_s: float = Field(default=0.5, gt=0, le=1.5)
+    route_poll_interval_s: float = Field(default=1.0, gt=0, le=1.5)
     guard_interval_s: float = Field(default=5.0, gt=0, le=50.0)
 
     @model_validator(mode="before")

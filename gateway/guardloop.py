@@ -57,6 +57,7 @@ class Guard(Loop):
         interval_s: float,
         metrics: Metrics | None = None,
         pair_stats: PairStatsSource | None = None,
+        refresh: Callable[[], Awaitable[None]] | None = None,
         clock: Clock = utcnow,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
@@ -64,11 +65,14 @@ class Guard(Loop):
         self._router = router
         self._metrics = metrics
         self._pair_stats = pair_stats
+        self._refresh = refresh
         self._clock = clock
 
     async def run_once(self) -> int:
         """Judge every route once; the number of rollbacks made comes back (usually 0)."""
         rolled = 0
+        if self._refresh is not None:
+            await self._refresh()
         for key in self._router.keys:
             rolled += await self._judge(key, self._router.spec(key))
         return rolled

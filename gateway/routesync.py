@@ -10,6 +10,8 @@ well within 2 s, with no restart.
 from __future__ import annotations
 
 import logging
+import math
+import time
 
 from gateway.loop import Loop
 from gateway.metrics import Metrics
@@ -40,6 +42,15 @@ class RouteSync(Loop):
         self._book = book
         self._router = router
         self._metrics = metrics
+        self._checked = -math.inf
+
+    async def refresh_if_stale(self) -> None:
+        """:meth:`run_once` when the last check is ``interval_s`` old (called on the create
+        path and by the guard, so a change is picked up without a loop of its own)."""
+        now = time.monotonic()
+        if now - self._checked >= self._interval_s:
+            self._checked = now
+            await self.run_once()
 
     async def run_once(self) -> int:
         """Reload when the store's version moved; 0 either way (then sleep the interval)."""

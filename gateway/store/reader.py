@@ -113,6 +113,11 @@ class SqliteReads:
             return None
         return ((rows[0][0], rows[0][1]) if rows else None,)
 
+    def routes_version(self) -> tuple[int] | None:
+        """``(newest route change id or 0,)``, or None when this reader cannot answer."""
+        rows = self._rows("SELECT max(id) FROM route_changes", ())
+        return None if rows is None else (int(rows[0][0] or 0),)
+
     def page(self, sql: str, params: Sequence[Any]) -> list[Job] | None:
         rows = self._rows(sql, params)
         return None if rows is None else [_from_sqlite(row) for row in rows]
