@@ -254,7 +254,6 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             schemas=app[keys.SCHEMAS],
             stream_secret=app[keys.SIGNING_SECRET],
             keep_finished_bodies=settings.retention.data_retention_s is None,
-            refresh_routes=app[keys.ROUTES].sync.refresh_if_stale,
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -155,10 +155,8 @@ class PredictionService:
         schemas: validation.Schemas | None = None,
         stream_secret: str = "",
         keep_finished_bodies: bool = True,
-        refresh_routes: Callable[[], Awaitable[None]] | None = None,
         clock: Clock = utcnow,
     ) -> None:
-        self._refresh_routes = refresh_routes  # live route changes (gateway.routesync)
         self._store = store
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
@@ -204,8 +202,7 @@ class PredictionService:
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
-        if self._refresh_routes is not None:
-            await self._refresh_routes()
+        await self._router.refresh()  # live route changes (gateway.routesync)
         routed = self._router.resolve(request, job_id)
         if self._schemas is not None:  # a bad input is refused before any row or call
             await self._schemas.check(routed.route, request.input)

@@ -68,6 +68,7 @@ async def open_routes(
                      interval_s=settings.gateway.route_poll_interval_s, metrics=metrics)
     await seed(book, router)
     await sync.reload()
+    router.refresh_with(sync.refresh_if_stale)
     return RouteServices(
         book=book,
         control=RouteControl(book, routes=router.keys, providers=settings.providers),
