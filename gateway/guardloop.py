@@ -58,6 +58,7 @@ class Guard(Loop):
         metrics: Metrics | None = None,
         pair_stats: PairStatsSource | None = None,
         refresh: Callable[[], Awaitable[None]] | None = None,
+        reload: Callable[[], Awaitable[object]] | None = None,
         clock: Clock = utcnow,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)
@@ -66,6 +67,7 @@ class Guard(Loop):
         self._metrics = metrics
         self._pair_stats = pair_stats
         self._refresh = refresh
+        self._reload = reload
         self._clock = clock
 
     async def run_once(self) -> int:
@@ -119,7 +121,8 @@ class Guard(Loop):
         )
         if self._metrics is not None:
             self._metrics.guard_rollbacks.labels(key).inc()
-        self._notifier.wake("routes")
+        if self._reload is not None:  # live in this process at once
+            await self._reload()
         return 1
 
     def _publish(

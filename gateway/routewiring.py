@@ -49,7 +49,8 @@ class RouteServices:
         """The route sync loop and the canary guard loop."""
         guard = Guard(book=self.book, router=self.router, notifier=self.notifier,
                       interval_s=guard_interval_s, metrics=self.metrics,
-                      pair_stats=self.pairs.pair_stats, refresh=self.sync.refresh_if_stale)
+                      pair_stats=self.pairs.pair_stats, refresh=self.sync.refresh_if_stale,
+                      reload=self.sync.reload)
         return [guard]
 
 
