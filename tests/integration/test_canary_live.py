@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +222,14 @@ def test_a_failure_burst_on_the_candidate_rolls_back_within_60_s(stack: Stack):
 def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: Stack):
     done = stack.cli("set-shadow", ROUTE, "100", "--reason", "compare first")
     assert done.returncode == 0, done.stderr
+    for gateway in (0, 1):  # live on each gateway (its next create after the change)
+        deadline = time.monotonic() + 10
+        while not stack.admin("GET", f"/predictions/{stack.create(gateway).id}",
+                              gateway).json()["shadows"]:
+            assert time.monotonic() < deadline, "shadowing never started"
+            time.sleep(0.2)
+    stack.drain()
+    since = datetime.now(UTC).isoformat()
     made = [stack.create(i % 2, prompt=f"shadow me {i}") for i in range(12)]
     for prediction in made:
         assert stack.finish(prediction).output == f"SHADOW ME {made.index(prediction)}"
@@ -233,7 +242,8 @@ def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: S
         assert time.monotonic() < deadline, shadows
         time.sleep(0.2)
     assert {s["provider"] for s in shadows} == {"candidate-cog", "local-cog"}
-    response = stack.admin("GET", f"/routes/{ROUTE}/shadow-report", params={"format": "json"})
+    response = stack.admin("GET", f"/routes/{ROUTE}/shadow-report",
+                           params={"format": "json", "since": since})
     assert response.status_code == 200, response.text
     report = response.json()
     candidates = sum(s["provider"] == "candidate-cog" for s in shadows)
