@@ -22,13 +22,13 @@ from urllib.parse import urlencode
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
-from gateway import canary, ids, validation
+from gateway import ids, shadowgate, validation
 from gateway.bodies import FinishedBodies
 from gateway.clock import Clock, utcnow
 from gateway.http import wire
 from gateway.notify import Notifier
 from gateway.route import HIDDEN_ARMS
-from gateway.routing import Caller, Routed, Router
+from gateway.routing import Caller, Router
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
@@ -236,7 +236,7 @@ class PredictionService:
             arm=routed.arm,
         )
         try:
-            job, created = await self._creates.create(new, _shadow(routed, new))
+            job, created = await self._creates.create(new, shadowgate.shadow_job(routed, new))
         except Conflict:
             raise _reused_key(options) from None
         if created:
@@ -383,28 +383,3 @@ def _reused_key(options: CreateOptions) -> Conflict:
         "request (body, endpoint or Cancel-After); use a new key for a new prediction"
     )
 
-
-def _shadow(routed: Routed, new: NewJob) -> NewJob | None:
-    """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
-    control again for the baseline): no webhook, no idempotency key, its own callback
-    token (docs/shadow.md)."""
-    spec = routed.spec
-    if spec is None or spec.candidate is None:
-        return None
-    arm = canary.shadow_arm(routed.key, spec, routed.arm, new.id, new.input)
-    if arm is None:
-        return None
-    return NewJob(
-        id=ids.new_prediction_id(),
-        model=new.model,
-        version=new.version,
-        deployment=new.deployment,
-        route=new.route,
-        provider=spec.candidate if arm == "shadow" else spec.provider,
-        input=new.input,
-        callback_token=ids.callback_token(),
-        deadline=new.deadline,
-        created_at=new.created_at,
-        arm=arm,
-        shadow_of=new.id,
-    )

@@ -16,12 +16,14 @@ from collections import Counter
 
 from contracts.errors import NotFound
 from contracts.job import Job
+from gateway import canary, ids
 from gateway.metrics import Metrics
 from gateway.route import HIDDEN_ARMS
-from gateway.routing import Router
+from gateway.routing import Routed, Router
+from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["DROPPED", "ShadowGate"]
+__all__ = ["DROPPED", "ShadowGate", "shadow_job"]
 
 log = logging.getLogger(__name__)
 DROPPED = "shadow dropped: the route's shadow budget is spent"
@@ -71,3 +73,30 @@ class ShadowGate:
                        "last_hour": last_hour},
             )
         return fits
+
+
+def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
+    """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
+    control again for the baseline): no webhook, no idempotency key, its own callback
+    token (docs/shadow.md)."""
+    spec = routed.spec
+    if spec is None or spec.candidate is None:
+        return None
+    arm = canary.shadow_arm(routed.key, spec, routed.arm, new.id, new.input)
+    if arm is None:
+        return None
+    return NewJob(
+        id=ids.new_prediction_id(),
+        model=new.model,
+        version=new.version,
+        deployment=new.deployment,
+        route=new.route,
+        provider=spec.candidate if arm == "shadow" else spec.provider,
+        input=new.input,
+        callback_token=ids.callback_token(),
+        deadline=new.deadline,
+        created_at=new.created_at,
+        arm=arm,
+        shadow_of=new.id,
+    )
+
