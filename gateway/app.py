@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import httpx
 from aiohttp import web
 
 from gateway import assembly
@@ -200,7 +199,6 @@ async def _providers(app: web.Application) -> AsyncIterator[None]:
             await provider.adapter.aclose()
 
 
-_HTTP = web.AppKey("http", httpx.AsyncClient)
 _FINALIZER = web.AppKey("finalizer", Finalizer)
 
 
@@ -222,16 +220,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     app[OWNER] = owner
     app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s)
     await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)
-    downloads = httpx.AsyncClient(
-        timeout=httpx.Timeout(gw.output_download_timeout_s, connect=10.0), trust_env=False
-    )
     reader = JobReader(store)
-    async with downloads as http, contextlib.AsyncExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         stack.callback(store.fast_reads.close)
-        app[_HTTP] = http
         copier = OutputCopier(
             storage=app[keys.STORAGE],
-            http=http,
             public_url=gw.public_url,
             max_output_bytes=gw.max_output_bytes,
             allowed_types=gw.allowed_output_types,

@@ -29,12 +29,11 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes, urlsplit
 
-import httpx
-
 from contracts.errors import CutoverError
+from gateway.download import DownloadFailed, download
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord
 
@@ -114,16 +113,6 @@ class _File:
         return cls(content_type, None, source, digest, len(data), data=data)
 
 
-SPOOL_BLOCK_BYTES = 1 << 20  # a download is hashed and written in blocks of this size
-
-
-def _write_block(handle: BinaryIO, digest: Any, chunks: list[bytes]) -> None:
-    """Hash and write one block (in a worker thread: hashlib releases the GIL)."""
-    block = b"".join(chunks)
-    digest.update(block)
-    handle.write(block)
-
-
 class OutputCopier:
     """Rewrites file outputs to owned URLs.
 
@@ -131,8 +120,6 @@ class OutputCopier:
     ----------
     storage : Storage
         Where the bytes go.
-    http : httpx.AsyncClient
-        For downloading provider-hosted outputs (owned by the caller).
     public_url : str
         The gateway's public base URL.
     max_output_bytes : int
@@ -147,14 +134,12 @@ class OutputCopier:
         self,
         *,
         storage: Storage,
-        http: httpx.AsyncClient,
         public_url: str,
         max_output_bytes: int,
         allowed_types: list[str],
         download_timeout_s: float = 60.0,
     ) -> None:
         self._storage = storage
-        self._http = http
         self._public_url = public_url
         self._max = max_output_bytes
         self._allowed = allowed_types
@@ -231,49 +216,33 @@ class OutputCopier:
             ) from exc
 
     async def _download(self, ref: str) -> _File:
-        """Stream ``ref`` into a temporary file of the storage, hashing as it goes: memory
-        stays flat (one block) whatever the size; the file is refused as soon as its
-        type or its size is known to be wrong."""
+        """Download ``ref`` into a temporary file of the storage, hashing as it goes
+        (gateway/download.py): memory stays flat whatever the size; the file is refused
+        as soon as its type or its size is known to be wrong."""
+        path = self._storage.temp_path()
         try:
-            async with self._http.stream("GET", ref, follow_redirects=False) as response:
-                if response.status_code != 200:
-                    raise AssetError(
-                        f"could not download an output file: HTTP {response.status_code}"
-                    )
-                raw_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                valid = MEDIA_TYPE_RE.match(raw_type)
-                content_type = raw_type if valid else "application/octet-stream"
-                self._check_type(content_type)
-                path = self._storage.temp_path()
-                try:
-                    digest, size = await self._spool(response, path)
-                except BaseException:
-                    await asyncio.to_thread(path.unlink, missing_ok=True)
-                    raise
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-            raise AssetError(f"could not download an output file: {type(exc).__name__}") from exc
+            got = await download(
+                ref, path, max_bytes=self._max, timeout_s=self._download_timeout_s,
+                accept=self._accept,
+            )
+        except BaseException as exc:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+            if isinstance(exc, DownloadFailed):
+                reason = str(exc)
+                if "exceeds the limit" not in reason:
+                    reason = f"could not download an output file: {reason}"
+                raise AssetError(reason) from exc
+            raise
         name = posixpath.basename(urlsplit(ref).path) or None
-        return _File(content_type, name, "url", digest, size, path=path)
+        return _File(got.content_type, name, "url", got.sha256, got.size, path=path)
 
-    async def _spool(self, response: httpx.Response, path: Path) -> tuple[str, int]:
-        digest = hashlib.sha256()
-        handle = await asyncio.to_thread(path.open, "wb")
-        try:
-            chunks: list[bytes] = []
-            size = pending = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > self._max:
-                    raise AssetError(f"an output file exceeds the limit of {self._max} bytes")
-                chunks.append(chunk)
-                pending += len(chunk)
-                if pending >= SPOOL_BLOCK_BYTES:
-                    await asyncio.to_thread(_write_block, handle, digest, chunks)
-                    chunks, pending = [], 0
-            await asyncio.to_thread(_write_block, handle, digest, chunks)
-        finally:
-            await asyncio.to_thread(handle.close)
-        return digest.hexdigest(), size
+    def _accept(self, raw: str) -> str:
+        """The content type to record for a download's ``Content-Type``; AssetError
+        when it is refused."""
+        raw_type = raw.split(";")[0].strip().lower()
+        content_type = raw_type if MEDIA_TYPE_RE.match(raw_type) else "application/octet-stream"
+        self._check_type(content_type)
+        return content_type
 
 
 INLINE_BYTES = 64 * 1024  # work on more than this runs on a worker thread

@@ -18,7 +18,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 from aiohttp import web
@@ -69,7 +68,7 @@ async def provider_file_server(total: int) -> TestServer:
 
 @pytest.mark.timeout(900)
 async def test_a_large_output_streams_into_s3_with_bounded_memory(s3_server: Any) -> None:
-    """The output copier's path: provider URL -> httpx stream -> S3 multipart."""
+    """The output copier's path: provider URL -> a spool file, hashed as written -> S3 multipart."""
     bucket = f"big-{uuid.uuid4().hex[:8]}"
     s3_server.create_bucket(bucket)
     storage = s3_storage(s3_server, bucket, part_size_bytes=MIN_PART_BYTES)
@@ -78,19 +77,18 @@ async def test_a_large_output_streams_into_s3_with_bounded_memory(s3_server: Any
         expected.update(piece)
     server = await provider_file_server(SIZE_BYTES)
     try:
-        async with httpx.AsyncClient(trust_env=False) as http:
-            copier = OutputCopier(
-                storage=storage, http=http, public_url="https://gw.test",
-                max_output_bytes=SIZE_BYTES, allowed_types=[], download_timeout_s=800,
-            )
-            await storage.put("warm/up", b"x")  # client and pool exist before the baseline
-            before = psutil.Process().memory_info().rss
-            peak, stop = [before], asyncio.Event()
-            sampler = asyncio.create_task(sample_peak(peak, stop))
-            url = str(server.make_url("/out/weights.bin"))
-            output, records = await copier.copy("p" * 26, url, file_hosts=["127.0.0.1"])
-            stop.set()
-            await sampler
+        copier = OutputCopier(
+            storage=storage, public_url="https://gw.test",
+            max_output_bytes=SIZE_BYTES, allowed_types=[], download_timeout_s=800,
+        )
+        await storage.put("warm/up", b"x")  # client and pool exist before the baseline
+        before = psutil.Process().memory_info().rss
+        peak, stop = [before], asyncio.Event()
+        sampler = asyncio.create_task(sample_peak(peak, stop))
+        url = str(server.make_url("/out/weights.bin"))
+        output, records = await copier.copy("p" * 26, url, file_hosts=["127.0.0.1"])
+        stop.set()
+        await sampler
         assert output.startswith("https://gw.test/assets/")
         [record] = records
         assert record.size_bytes == SIZE_BYTES and record.sha256 == expected.hexdigest()

@@ -1,0 +1,219 @@
+"""One output file downloaded to a local path at close to the network's speed (docs/storage.md).
+
+The copy runs on threads of its own, not on the event loop: a receiving thread reads the
+body in blocks of :data:`BLOCK_BYTES` with the standard library's blocking HTTP client and
+writes each block to the file, while a second thread hashes the blocks it has written
+(``hashlib`` and the socket release the GIL, so both overlap with each other and with the
+event loop). Memory holds at most :data:`QUEUED_BLOCKS` + 2 blocks whatever the size.
+
+What the copier relies on (gateway/outputs.py): no redirect is followed and no proxy
+from the environment is used (``http.client`` does neither); the type check runs on the
+headers, before the body is read; a body over ``max_bytes`` (by its ``Content-Length``,
+or as it arrives) is refused; the whole download has a deadline (each read's socket
+timeout is what is left of it); cancelling the awaiting task shuts the socket down so
+the threads stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import http.client
+import queue
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["BLOCK_BYTES", "DownloadFailed", "Downloaded", "download"]
+
+BLOCK_BYTES = 4 << 20  # one read, one write, one hash update
+QUEUED_BLOCKS = 2  # blocks written and waiting for the hashing thread
+MAX_DOWNLOADS = 8  # downloads running at once in one process; more wait for a thread
+
+_pool: ThreadPoolExecutor | None = None
+_ssl: ssl.SSLContext | None = None
+
+
+class DownloadFailed(Exception):
+    """The file could not be downloaded; the message says why, for the prediction's error."""
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """A downloaded file: its content type (as ``accept`` returned it), SHA-256 and size."""
+
+    content_type: str
+    sha256: str
+    size: int
+
+
+async def download(
+    url: str,
+    path: Path,
+    *,
+    max_bytes: int,
+    timeout_s: float,
+    accept: Callable[[str], str],
+) -> Downloaded:
+    """GET ``url`` into ``path``, hashing as it is written.
+
+    ``accept(raw content type header)`` returns the content type to record, or raises to
+    refuse the file before its body is read (its exception propagates unchanged).
+
+    Raises
+    ------
+    DownloadFailed
+        Not a 200, over ``max_bytes``, or a transport failure.
+    TimeoutError
+        ``timeout_s`` passed before the body was read whole.
+    """
+    job = _Job(url, path, max_bytes, time.monotonic() + timeout_s, accept)
+    future = asyncio.get_running_loop().run_in_executor(_threads(), job.run)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        job.abort()
+        with contextlib.suppress(Exception):
+            await future  # the threads have closed the file before the caller removes it
+        raise
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(MAX_DOWNLOADS, thread_name_prefix="cutover-download")
+    return _pool
+
+
+def _tls() -> ssl.SSLContext:
+    """The CA bundle httpx uses (certifi), as the gateway's other provider calls do."""
+    global _ssl
+    if _ssl is None:
+        import certifi
+
+        _ssl = ssl.create_default_context(cafile=certifi.where())
+    return _ssl
+
+
+class _Hasher:
+    """Hashes blocks on a thread of its own, at most :data:`QUEUED_BLOCKS` behind."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._blocks: queue.Queue[bytes | None] = queue.Queue(QUEUED_BLOCKS)
+        self._thread = threading.Thread(target=self._run, name="cutover-hash", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (block := self._blocks.get()) is not None:
+            self._digest.update(block)
+
+    def add(self, block: bytes) -> None:
+        self._blocks.put(block)
+
+    def result(self) -> str:
+        self._blocks.put(None)
+        self._thread.join()
+        return self._digest.hexdigest()
+
+
+class _Job:
+    def __init__(
+        self, url: str, path: Path, max_bytes: int, deadline: float, accept: Callable[[str], str]
+    ) -> None:
+        self.url = url
+        self.path = path
+        self.max_bytes = max_bytes
+        self.deadline = deadline
+        self.accept = accept
+        self._sock: socket.socket | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Stop the download from another thread: the blocked read returns at once."""
+        self._aborted = True
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0 or self._aborted:
+            raise TimeoutError("the download's deadline passed")
+        return left
+
+    def run(self) -> Downloaded:
+        parts = urlsplit(self.url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise DownloadFailed("InvalidURL")
+        conn = _connection(parts.scheme, parts.hostname, parts.port, self._left())
+        try:
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            try:
+                conn.connect()
+                self._sock = conn.sock
+                if self._aborted:
+                    raise TimeoutError("aborted")
+                conn.request("GET", target, headers={"Accept-Encoding": "identity"})
+                response = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                if isinstance(exc, TimeoutError):
+                    raise
+                raise DownloadFailed(type(exc).__name__) from exc
+            if response.status != 200:
+                raise DownloadFailed(f"HTTP {response.status}")
+            content_type = self.accept(response.getheader("content-type", ""))
+            length = response.getheader("content-length", "")
+            if length.isdigit() and int(length) > self.max_bytes:
+                raise DownloadFailed(f"an output file exceeds the limit of {self.max_bytes} bytes")
+            sha256, size = self._body(response)
+            if length.isdigit() and size != int(length):
+                self._left()  # an abort reads as the deadline
+                raise DownloadFailed("IncompleteRead")
+            return Downloaded(content_type, sha256, size)
+        finally:
+            conn.close()
+
+    def _body(self, response: http.client.HTTPResponse) -> tuple[str, int]:
+        hasher = _Hasher()
+        size = 0
+        try:
+            with self.path.open("wb") as handle:
+                while True:
+                    left = self._left()
+                    if self._sock is not None:
+                        with contextlib.suppress(OSError):  # closed by the server
+                            self._sock.settimeout(left)
+                    try:
+                        block = response.read(BLOCK_BYTES)
+                    except TimeoutError:
+                        raise
+                    except (OSError, http.client.HTTPException) as exc:
+                        self._left()  # an abort reads as the deadline
+                        raise DownloadFailed(type(exc).__name__) from exc
+                    if not block:
+                        break
+                    size += len(block)
+                    if size > self.max_bytes:
+                        raise DownloadFailed(
+                            f"an output file exceeds the limit of {self.max_bytes} bytes"
+                        )
+                    handle.write(block)
+                    hasher.add(block)
+        finally:
+            sha256 = hasher.result()
+        return sha256, size
+
+
+def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> Any:
+    if scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_tls())
+    return http.client.HTTPConnection(host, port, timeout=timeout_s)
