@@ -1,7 +1,8 @@
 """The report as Markdown, for a terminal, a pull request or a ticket (docs/shadow.md).
 
 Same order as the HTML page: verdict, contract breaks, agreement, latency, cost, worst
-mismatches (text as a unified diff, files listed with their URL when they have one).
+mismatches (text as a unified diff, files listed with their URL when they have one;
+in the diffed output, a file URL reads ``<file N>``).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _mismatch(index: int, mismatch: Mismatch) -> list[str]:
               f"| files | {_cell(_files(pair.control))} | {_cell(_files(pair.candidate))} |",
               f"| run s | {_num(pair.control.run_s)} | {_num(pair.candidate.run_s)} |", ""]
     diff = list(difflib.unified_diff(
-        pair.control.output_excerpt.splitlines(), pair.candidate.output_excerpt.splitlines(),
+        _excerpt(pair.control).splitlines(), _excerpt(pair.candidate).splitlines(),
         "control", "candidate", lineterm="", n=2,
     ))
     if pair.control.text != pair.candidate.text:
@@ -130,6 +131,16 @@ def _mismatch(index: int, mismatch: Mismatch) -> list[str]:
         fence = "`" * max(3, 1 + max(_backtick_run(line) for line in shown))
         lines += [f"{fence}diff", *shown, fence, ""]
     return lines
+
+
+def _excerpt(facts: ArmFacts) -> str:
+    """The output excerpt with each file URL as ``<file N>`` (its place in the files table):
+    two arms' URLs always differ, and the files are compared by the measures, not by URL."""
+    excerpt = facts.output_excerpt
+    for index, file in enumerate(facts.files, start=1):
+        if file.url:
+            excerpt = excerpt.replace(file.url, f"<file {index}>")
+    return excerpt
 
 
 def _backtick_run(line: str) -> int:

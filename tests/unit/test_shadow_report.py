@@ -101,6 +101,24 @@ def test_markdown_has_every_section_and_a_diff():
     assert "-line <two>" in text and "+line three" in text
 
 
+def test_markdown_diffs_outputs_without_their_file_urls():
+    def image(name: str) -> OutputFile:
+        return OutputFile(content_type="image/png", size_bytes=10, sha256="a" * 64,
+                          url=f"https://gw.test/{name}.png")
+
+    def side(name: str, extra: str = "") -> ArmFacts:
+        return arm(files=(image(name),),
+                   output_excerpt=f'{{"image": "https://gw.test/{name}.png"{extra}}}')
+
+    same = pair({"image_color": 9.0}, control=side("a"), candidate=side("b"))
+    text = report.render(report.build("m", [same], BASELINE, now=NOW), "md")
+    assert "```diff" not in text and "https://gw.test/b.png" in text  # listed, not diffed
+    other = pair({"number": 0.5}, control=side("a", ', "n": 1'),
+                 candidate=side("b", ', "n": 2'))
+    text = report.render(report.build("m", [other], BASELINE, now=NOW), "md")
+    assert '-{"image": "<file 1>", "n": 1}' in text and '+{"image": "<file 1>", "n": 2}' in text
+
+
 def test_html_is_offline_escaped_and_ordered():
     page = report.render(example_report(), "html")
     assert "<script" not in page.lower()
