@@ -5,6 +5,8 @@
 #   make lint    ruff and import-linter only
 #   make soak    500 predictions under injected faults, both backends (minutes)
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
+#   make demo-migration  a route moved between two real Cog servers: shadow, report,
+#                canary 10 -> 50 -> 100, a forced failure, the guard's rollback (1-2 min)
 #   make bench   every bench/*.py, if there are any
 #   make chaos   the chaos run: 1,000 predictions under faults (CHAOS_ARGS="--predictions 200")
 #   make clean   caches, build output and the demo's work dir (.venv stays: `make distclean`)
@@ -25,7 +27,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONHOME
 
-.PHONY: venv test lint pytest soak demo bench chaos clean distclean
+.PHONY: venv test lint pytest soak demo demo-migration bench chaos clean distclean
 
 venv: $(STAMP)
 
@@ -59,6 +61,9 @@ soak: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
+demo-migration: $(STAMP)
+	$(BIN)/python examples/migration.py
+
 bench: $(STAMP)
 	@shopt -s nullglob; scripts=(bench/*.py); \
 	if (( $${#scripts[@]} == 0 )); then echo "== no bench/*.py yet: nothing to run"; exit 0; fi; \
@@ -68,7 +73,7 @@ chaos: $(STAMP)
 	$(BIN)/cutover chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf .demo build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \
+	rm -rf .demo .demo-migration build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \
 	  *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 

@@ -116,11 +116,11 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in socks]
 
 
-def fresh_work_dir() -> Path:
-    shutil.rmtree(WORK, ignore_errors=True)
+def fresh_work_dir(work: Path = WORK) -> Path:
+    shutil.rmtree(work, ignore_errors=True)
     for sub in ("tmp", "assets"):
-        (WORK / sub).mkdir(parents=True)
-    return WORK
+        (work / sub).mkdir(parents=True)
+    return work
 
 
 def _key_usage(**flags: bool) -> x509.KeyUsage:
@@ -230,20 +230,33 @@ def wait_until(what: str, check: Callable[[], bool], timeout_s: float, *, alive:
     raise DemoError(f"{what}: not within {timeout_s:.0f} s")
 
 
-def start_cog(work: Path, port: int, tls: Tls) -> Service:
-    if not (ECHO_DIR / "predict.py").is_file():
-        raise DemoError(f"no model at {rel(ECHO_DIR / 'predict.py')}")
-    env = {
+def start_cog(
+    work: Path,
+    port: int,
+    tls: Tls,
+    *,
+    model_dir: Path = ECHO_DIR,
+    stub: str = "predict.py:Predictor",
+    name: str = "Cog",
+    env: dict[str, str] | None = None,
+) -> Service:
+    """The real Cog server for ``model_dir`` (``stub`` picks the predictor class), logging
+    to ``work/<name>.log`` (lower case); ``env`` adds to its environment."""
+    if not (model_dir / "predict.py").is_file():
+        raise DemoError(f"no model at {rel(model_dir / 'predict.py')}")
+    full_env = {
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # Cog's worker
         "PORT": str(port),
-        "COG_PREDICT_TYPE_STUB": "predict.py:Predictor",
+        "COG_PREDICT_TYPE_STUB": stub,
         "SSL_CERT_FILE": str(tls.ca),  # Cog posts its webhooks to the gateway over HTTPS
         "TMPDIR": str(work / "tmp"),  # the model's output files land here, not in /tmp
-        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in examples/echo
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in the model's folder
+        **(env or {}),
     }
     argv = [sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"]
-    return start("Cog", argv, cwd=ECHO_DIR, env=env, log=work / "cog.log")
+    log = work / f"{name.lower().replace(' ', '-')}.log"
+    return start(name, argv, cwd=model_dir, env=full_env, log=log)
 
 
 def cog_ready(port: int) -> bool:
@@ -464,13 +477,15 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # SIGTERM: clean up as for Ctrl-C
 
 
-def main() -> int:
+def main(run: Callable[[list[Service]], None] = demo, work: Path = WORK) -> int:
+    """Run ``run`` (the steps; it appends each service it starts), then stop every service
+    it started; the exit status (0, 1 after the logs' tails, 130 on Ctrl-C)."""
     signal.signal(signal.SIGTERM, _terminate)
     started = time.monotonic()
     services: list[Service] = []
     status = 1
     try:
-        demo(services)
+        run(services)
         status = 0
     except KeyboardInterrupt:
         say("== interrupted")
@@ -486,7 +501,7 @@ def main() -> int:
         for service in reversed(services):
             stop(service)
     verdict = {0: "demo passed", 130: "demo interrupted"}.get(status, "demo FAILED")
-    say(f"== {verdict} in {since(started)}; files kept in {rel(WORK)}/")
+    say(f"== {verdict} in {since(started)}; files kept in {rel(work)}/")
     return status
 
 

@@ -8,10 +8,14 @@ prompt differ in every pixel; with ``seed`` they are identical. It answers one P
 ``CandidatePredictor`` is the same model with one deliberate, small difference: the red
 channel is lifted by ``RED_SHIFT_LEVELS`` (10 of 255 levels), a colour cast a person barely
 sees. Select it with ``COG_PREDICT_TYPE_STUB=predict.py:CandidatePredictor``.
+
+With ``NOISE_FAIL`` set in the server's environment (to any non-empty value), every
+prediction of either class fails: how ``examples/migration.py`` stands in for a bad deploy.
 See docs/shadow.md for how cutover tells this change apart from the noise.
 """
 
 import hashlib
+import os
 import random
 import tempfile
 from typing import Optional
@@ -54,6 +58,8 @@ class Predictor(BasePredictor):
         prompt: str = Input(default="a quiet lake", description="What to draw"),
         seed: Optional[int] = Input(default=None, description="Fix the noise (optional)"),
     ) -> Path:
+        if os.environ.get("NOISE_FAIL"):
+            raise RuntimeError("forced failure: NOISE_FAIL is set on this server")
         image = render(prompt, seed, red_shift=self.red_shift)
         path = Path(tempfile.mkdtemp(prefix="noise-")) / "out.png"
         image.save(path, format="PNG")
