@@ -1,83 +1,124 @@
-"""The HTML shadow report in real headless Chromium: plots and images render (a screenshot).
+"""The admin shadow-report page in real headless Chromium: plots and images render, offline.
 
-The page is built from real comparisons: control-vs-control and control-vs-candidate
-pairs of solid-colour PNGs (magenta control, green candidate in the mismatch shown), with
-latencies spread for the plots. The screenshot is checked pixel by pixel with Pillow:
-the two ECDF plots draw in the arms' exact colours, and both images show at full size.
+The page is the one the gateway serves, ``GET /admin/routes/{route}/shadow-report`` with
+the admin token (sent by the browser itself), over real shadow pairs: control
+predictions shadowed on the candidate, their outputs solid-colour PNGs delivered as
+``data:`` URIs and copied to owned storage like any output (magenta everywhere, except
+one candidate that answers green). Chromium is driven over the DevTools protocol
+(:mod:`tests.support.cdp`): every request the page makes is recorded, and a screenshot
+is checked pixel by pixel with Pillow inside each plot's and each image's box: the two
+ECDF plots draw in the arms' exact colours, the rate plot draws, and both images show at
+full size. The page is rendered the same whatever the store, so this runs on SQLite only.
 """
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import io
 from collections import Counter
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from PIL import Image
 
-from shadow import compare, report, svg
-from shadow.outcome import OutputFile
-from tests.support.browser import dump_dom, screenshot
-from tests.support.shadow import completed
+from contracts.job import JobState
+from shadow import svg
+from tests.support import cdp
+from tests.support.gateway import VERSION, GatewayHarness
 
-MAGENTA, GREEN = (255, 0, 255), (0, 200, 0)
+pytestmark = pytest.mark.timeout(300)
+
+ROUTE = f"acme/echo:{VERSION}"
+ADMIN_TOKEN = "adm_chromium_test"  # a test value, not a credential
+MAGENTA, GREEN, WHITE = (255, 0, 255), (0, 200, 0), (255, 255, 255)
 SIDE_PX = 96
+PAIRS = 12
 
 
-def solid_png(colour: tuple[int, int, int]) -> bytes:
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"
+
+
+def png_uri(colour: tuple[int, int, int]) -> str:
     buffer = io.BytesIO()
     Image.new("RGB", (SIDE_PX, SIDE_PX), colour).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def hex_rgb(colour: str) -> tuple[int, int, int]:
     return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
 
 
-async def build_page(tmp_path):
-    files = {}
-    for name, colour in (("control", MAGENTA), ("candidate", GREEN)):
-        path = tmp_path / f"{name}.png"
-        path.write_bytes(solid_png(colour))
-        files[name] = OutputFile(content_type="image/png", size_bytes=path.stat().st_size,
-                                 sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-                                 path=path, url=f"file-{name}")
-    same = files["control"]
-    baseline = [await compare.compare(completed(same.url, (same,)), completed(same.url, (same,)))
-                for _ in range(25)]
-    pairs = [
-        await compare.compare(
-            completed(same.url, (same,), run_s=1 + i / 10, queue_s=i / 50),
-            completed(same.url, (same,), run_s=1.5 + i / 8, queue_s=i / 30),
-            pair_id=f"same-{i}",
-        )
-        for i in range(30)
-    ]
-    pairs.append(await compare.compare(
-        completed(same.url, (same,)),
-        completed(files["candidate"].url, (files["candidate"],)), pair_id="green",
-    ))
-    built = await report.with_previews(report.build("noise:v1", pairs, baseline))
-    assert [m.pair.pair_id for m in built.worst] == ["green"]
-    page = tmp_path / "report.html"
-    page.write_text(report.render(built, "html"), encoding="utf-8")
-    return page
+async def shadowed_pairs(make_gateway: Any) -> GatewayHarness:
+    """A gateway whose route has ``PAIRS`` finished pairs, one of them green."""
+    gateway = await make_gateway(
+        providers={"fake": {"kind": "fake"}, "fake2": {"kind": "fake"}},
+        routes=[{"model": "acme/echo", "version": VERSION, "provider": "fake",
+                 "candidate": "fake2", "shadow_percent": 100, "baseline_percent": 0,
+                 "shadow_policy": {"allow_fields": ["prompt"]}}],
+        admin={"tokens": [ADMIN_TOKEN]},
+    )
+    made = [await gateway.create({"version": VERSION, "input": {"prompt": f"p{i}"}})
+            for i in range(PAIRS)]
+    await gateway.settle()
+    owners = [await (await gateway.client.get(
+        f"/admin/predictions/{m['id']}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )).json() for m in made]
+    controls = [(owner["id"], png_uri(MAGENTA)) for owner in owners]
+    shadows = [(owner["shadows"][0]["id"], png_uri(GREEN if index == 0 else MAGENTA))
+               for index, owner in enumerate(owners)]
+    # the controls start first and finish last: both arms' queue and run times differ,
+    # so neither ECDF line hides the other
+    for jobs, state in ((controls, JobState.RUNNING), (shadows, JobState.RUNNING),
+                        (shadows, JobState.COMPLETED), (controls, JobState.COMPLETED)):
+        for job_id, output in jobs:
+            fields = {"output": output} if state == JobState.COMPLETED else {}
+            assert await gateway.deliver(job_id, state, **fields) == 200
+        await gateway.settle()
+    return gateway
 
 
-@pytest.mark.timeout(300)
-async def test_the_report_renders_its_plots_and_images_in_chromium(tmp_path):
-    page = await build_page(tmp_path)
-    shot = screenshot(page, tmp_path / "report.png", width=1280, height=3000)
-    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 24) or []
-    pixels = Counter({colour: count for count, colour in colours})
+def pixels_in(shot: Image.Image, box: cdp.Box) -> Counter[tuple[int, int, int]]:
+    crop = shot.crop((round(box.x), round(box.y), round(box.x + box.width),
+                      round(box.y + box.height)))
+    return Counter({colour: n for n, colour in crop.getcolors(maxcolors=1 << 24) or []})
 
-    for arm, colour in svg.COLORS.items():
-        assert pixels[hex_rgb(colour)] >= 600, f"the {arm} ECDF lines did not render"
-    for name, colour in (("control", MAGENTA), ("candidate", GREEN)):
-        assert pixels[colour] >= 0.95 * SIDE_PX * SIDE_PX, f"the {name} image did not render"
 
-    dom = dump_dom(page)
-    assert dom.count("<svg") == 3 and dom.count("<polyline") == 4
-    assert dom.count('class="rate-bar"') >= 3
-    assert dom.count('<img src="data:image/png;base64,') == 2
-    assert "HOLD noise:v1: 31 pairs" in dom
+async def test_the_admin_page_renders_its_plots_and_images_in_chromium(make_gateway):
+    gateway = await shadowed_pairs(make_gateway)
+    url = str(gateway.client.make_url(f"/admin/routes/{ROUTE}/shadow-report"))
+    async with cdp.launch() as page:
+        loaded = await page.load(url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        text = await page.evaluate("document.body.innerText")
+        plots = await page.boxes("svg")
+        images = await page.boxes("img")
+        shot = Image.open(io.BytesIO(await page.screenshot())).convert("RGB")
+
+    assert loaded.status == 200, text[:500]
+    origin = urlsplit(url).netloc
+    elsewhere = [u for u in loaded.requests if urlsplit(u).scheme in ("http", "https", "ws",
+                                                                     "wss")
+                 and urlsplit(u).netloc != origin]
+    assert not elsewhere, f"the page asked other hosts: {elsewhere}"
+    fetched = [u for u in loaded.requests if not u.startswith("data:")
+               and urlsplit(u).path != "/favicon.ico"]  # the browser's own, not the page's
+    assert fetched == [url]
+    assert f"HOLD {ROUTE}: {PAIRS} pairs" in text
+
+    assert len(plots) == 3, plots  # the rates, then the queue and run time ECDFs
+    for box in plots:
+        assert box.width > 100 and box.height > 50, box
+        drawn = pixels_in(shot, box)
+        inked = sum(n for colour, n in drawn.items() if colour != WHITE)
+        assert inked >= 0.01 * box.width * box.height, f"a blank plot at {box}"
+    for box in plots[1:]:
+        drawn = pixels_in(shot, box)
+        for arm, colour in svg.COLORS.items():
+            assert drawn[hex_rgb(colour)] >= 100, f"no {arm} line in the ECDF at {box}"
+
+    assert len(images) == 2 and all(box.loaded for box in images), images
+    for box, colour in zip(images, (MAGENTA, GREEN), strict=True):  # control, candidate
+        assert (box.width, box.height) == (SIDE_PX, SIDE_PX), box
+        assert pixels_in(shot, box)[colour] >= 0.95 * SIDE_PX * SIDE_PX, f"blank image {box}"
