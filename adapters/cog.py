@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from adapters import cog_wire
 from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
+from contracts.auth import bearer_token
 from contracts.errors import (
     ContractViolation,
     CutoverError,
@@ -33,11 +34,11 @@ from contracts.errors import (
     WebhookVerificationError,
 )
 from contracts.job import JobState
+from contracts.replicate import WebhookEvent
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
 
 __all__ = [
-    "EVENTS_FILTER", "LOST_ERROR", "PROBE_INPUT", "RESTART_ERROR", "STATUS_MAP", "CogAdapter",
-    "map_status",
+    "LOST_ERROR", "PROBE_INPUT", "RESTART_ERROR", "STATUS_MAP", "CogAdapter", "map_status",
 ]
 
 # Cog retries a terminal webhook 12 times, 0.1 s x 2^n apart capped at 102.4 s, each
@@ -46,9 +47,6 @@ __all__ = [
 TERMINAL_RETRY_WINDOW_S = 480.0
 
 _log = logging.getLogger(__name__)
-
-#: Every event; ``completed`` must stay in it or Cog sends no terminal webhook (§1.9).
-EVENTS_FILTER = ("start", "output", "logs", "completed")
 
 LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost"
 RESTART_ERROR = "the provider restarted while the prediction ran; its outcome was lost"
@@ -245,10 +243,8 @@ class CogAdapter:
         value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
         if value is None:
             raise WebhookVerificationError(f"{self.name}: webhook without Authorization")
-        scheme, _, presented = value.strip().partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            presented.strip().encode(), self._token.encode()
-        ):
+        presented = bearer_token(value).encode(errors="surrogateescape")
+        if not hmac.compare_digest(presented, self._token.encode()):
             raise WebhookVerificationError(f"{self.name}: webhook bearer token does not match")
 
     def parse_webhook(self, body: bytes) -> ProviderSnapshot:
@@ -278,7 +274,8 @@ class CogAdapter:
         body: dict[str, Any] = {"id": job_id, "input": model_input}
         if webhook is not None:
             body["webhook"] = webhook
-            body["webhook_events_filter"] = list(EVENTS_FILTER)
+            # Every event: without ``completed`` Cog sends no terminal webhook (§1.9).
+            body["webhook_events_filter"] = [event.value for event in WebhookEvent]
         with self._errors("put", job_id):
             return await self._client.put(_path(job_id), json=body, headers=_RESPOND_ASYNC)
 

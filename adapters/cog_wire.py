@@ -5,7 +5,6 @@ Only :mod:`adapters.cog` imports this module: provider JSON never leaves the ada
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -14,9 +13,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.transport import parse_retry_after
-from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
+from contracts.errors import ContractViolation, ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
+from contracts.times import parse_time
 
 __all__ = [
     "PROBE_INPUT", "STATUS_MAP", "CogPrediction", "describe", "map_status", "parse_timestamp",
@@ -73,12 +73,14 @@ class CogPrediction(BaseModel):
 
 
 def parse_timestamp(value: object) -> datetime | None:
-    """An RFC 3339 time as Cog writes it (nanoseconds, ``+00:00``), timezone-aware."""
+    """An RFC 3339 time as Cog writes it (nanoseconds, ``+00:00``) in UTC
+    (:func:`contracts.times.parse_time`); None for anything else."""
     if not isinstance(value, str):
         return None
-    trimmed = re.sub(r"(\.\d{6})\d+", r"\1", value.strip()).replace("Z", "+00:00")
-    parsed = datetime.fromisoformat(trimmed)
-    return parsed if parsed.tzinfo is not None else None
+    try:
+        return parse_time(value, "setup.started_at", naive_is_utc=False)
+    except ContractViolation:
+        return None
 
 
 def raise_for_status(name: str, action: str, response: httpx.Response) -> None:

@@ -46,6 +46,7 @@ from contracts.errors import (
     WebhookVerificationError,
 )
 from contracts.job import JobState
+from contracts.replicate import WebhookEvent
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
 
 __all__ = ["DEFAULT_BASE_URL", "INLINE_DATA_URI_BYTES", "STATUS_MAP", "ReplicateAdapter"]
@@ -54,7 +55,6 @@ _Upstream = transport.Upstream  # the parameter named ``transport`` hides the mo
 
 DEFAULT_BASE_URL = "https://api.replicate.com"
 INLINE_DATA_URI_BYTES = 256 * 1024
-EVENTS_FILTER = ("start", "output", "logs", "completed")
 SECRET_REFRESH_S = 60.0
 
 #: Replicate's status -> canonical state (docs/providers.md, "replicate").
@@ -149,7 +149,7 @@ class ReplicateAdapter:
         body["input"] = await self._inputs(request.input)
         if request.webhook_url:
             body["webhook"] = request.webhook_url
-            body["webhook_events_filter"] = list(EVENTS_FILTER)
+            body["webhook_events_filter"] = [event.value for event in WebhookEvent]
         response = await self._http.call("create", "POST", path, idempotent=False, json=body)
         self._http.raise_for_status("create", response)
         try:

@@ -10,12 +10,12 @@ alphanumerics, ``urls`` values are always strings, ``status`` is one of five val
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
-    "EVENT_TYPES",
     "VERSION_ID_RE",
     "Account",
     "CreatePrediction",
@@ -27,11 +27,23 @@ __all__ = [
     "PredictionRequest",
     "Problem",
     "Version",
+    "WebhookEvent",
     "WebhookSecret",
     "parse_version_ref",
 ]
 
-EVENT_TYPES = ("start", "output", "logs", "completed")
+
+class WebhookEvent(StrEnum):
+    """A webhook event type (docs/replicate-api.md §6.2), in the order a prediction causes
+    them: what an app's ``webhook_events_filter`` names, what the outbox sends, and what
+    the gateway asks Cog and Replicate to send it."""
+
+    START = "start"
+    OUTPUT = "output"
+    LOGS = "logs"
+    COMPLETED = "completed"
+
+
 VERSION_ID_RE = re.compile(r"^[0-9a-f]{64}$")
 _UNSAFE_URL_CHARS = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -53,10 +65,11 @@ class _Request(BaseModel):
     def _known_events(cls, value: list[str] | None) -> list[str] | None:
         if value is None:
             return None
-        unknown = sorted(set(value) - set(EVENT_TYPES))
+        allowed = [event.value for event in WebhookEvent]
+        unknown = sorted(set(value) - set(allowed))
         if unknown:
-            raise ValueError(f"unknown webhook events {unknown}; allowed: {list(EVENT_TYPES)}")
-        return [event for event in EVENT_TYPES if event in value]
+            raise ValueError(f"unknown webhook events {unknown}; allowed: {allowed}")
+        return [event for event in allowed if event in value]
 
     @field_validator("webhook", "webhook_completed")
     @classmethod

@@ -46,7 +46,7 @@ from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
@@ -320,11 +320,11 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
     gw = app[keys.SETTINGS].gateway
     due = Due(app[_ENGINE])
     next_due = {
-        "dispatcher": due.dispatch,
-        "poller": due.fetch,
-        "events": due.events,
-        "delivery": due.delivery,
-        "reaper": functools.partial(
+        LoopName.DISPATCHER: due.dispatch,
+        LoopName.POLLER: due.fetch,
+        LoopName.EVENTS: due.events,
+        LoopName.DELIVERY: due.delivery,
+        LoopName.REAPER: functools.partial(
             due.reap,
             grace_s=gw.cancel_grace_s,
             resend_s=gw.cancel_resend_s,

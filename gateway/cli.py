@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
+from contracts.times import parse_time
 from gateway import app, logs, providers, routecli
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
-from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter, parse_time
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
 

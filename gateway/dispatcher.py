@@ -38,11 +38,11 @@ from gateway.finalizer import Finalizer
 from gateway.inputs import InputStager
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError
 from gateway.providers import Provider
 from gateway.shadowgate import DROPPED, ShadowGate
-from gateway.store.jobs import JobStore, Progress
+from gateway.store.jobs import JobStore
 from gateway.webhooks import retry
 
 __all__ = ["Dispatcher", "callback_url"]
@@ -59,7 +59,7 @@ def callback_url(base_url: str, job: Job, token: str) -> str:
 class Dispatcher(Loop):
     """Submits due jobs; see the module docstring for the outcomes."""
 
-    name = "dispatcher"
+    name = LoopName.DISPATCHER
 
     def __init__(
         self,
@@ -202,10 +202,7 @@ class Dispatcher(Loop):
         next_check = None
         if caps.fetch:
             next_check = self._clock() + timedelta(seconds=caps.fetch_interval_s)
-        first = Progress(JobState.QUEUED, snapshot.raw_status)
-        if not snapshot.state.terminal:
-            state = snapshot.state if snapshot.state is JobState.RUNNING else JobState.QUEUED
-            first = self._finalizer.progress(job, snapshot, state)
+        first = self._finalizer.progress(job, snapshot)
         # The provider acted: record it through a blip in the store rather than submit twice.
         updated = await boundary.retry_store(
             lambda: self._store.mark_submitted(

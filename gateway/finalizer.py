@@ -16,7 +16,7 @@ from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError, OutputCopier, has_files
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
 
@@ -63,18 +63,18 @@ class Finalizer:
         outcome = await self._outcome(job, snapshot)
         return await self._record(job, outcome)
 
-    def progress(
-        self, job: Job, snapshot: ProviderSnapshot, state: JobState | None = None
-    ) -> Progress:
-        """A non-terminal snapshot as the job's progress (the one place this is made).
+    def progress(self, job: Job, snapshot: ProviderSnapshot) -> Progress:
+        """A snapshot as the job's progress (the one place this is made).
 
-        ``creating`` reads as ``queued``. An output that still holds provider files
-        (``data:`` URIs, URLs on the provider's file hosts) is withheld until the
-        terminal copy: apps never see provider-native shapes that change at the end
-        (docs/lifecycle.md, "Interim output").
+        ``creating`` reads as ``queued``. A terminal snapshot reads as ``queued`` with
+        neither output nor logs: its outcome is :meth:`finalize`'s to record. An output
+        that still holds provider files (``data:`` URIs, URLs on the provider's file
+        hosts) is withheld until the terminal copy: apps never see provider-native shapes
+        that change at the end (docs/lifecycle.md, "Interim output").
         """
-        if state is None:
-            state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
+        if snapshot.state.terminal:
+            return Progress(JobState.QUEUED, snapshot.raw_status)
+        state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
         output = snapshot.output
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
             output = None
@@ -120,8 +120,8 @@ class Finalizer:
                 job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
             )
         self._notifier.job_changed(job.id, done)
-        self._notifier.wake("dispatcher")  # a provider slot may have freed
-        self._notifier.wake("delivery")
+        self._notifier.wake(LoopName.DISPATCHER)  # a provider slot may have freed
+        self._notifier.wake(LoopName.DELIVERY)
         if done is None:
             return await self._store.get(job.id)
         if self._metrics is not None:

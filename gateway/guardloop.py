@@ -21,7 +21,7 @@ from gateway import guard
 from gateway.clock import Clock, utcnow
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.route import RouteSpec
 from gateway.routing import Router
 from gateway.store.routes import RouteBook
@@ -46,7 +46,7 @@ async def arm_stats(
 class Guard(Loop):
     """Judges every route's canary (see the module docstring)."""
 
-    name = "guard"
+    name = LoopName.GUARD
 
     def __init__(
         self,

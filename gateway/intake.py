@@ -26,7 +26,7 @@ from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.outputs import off_loop
 from gateway.providers import Provider
 from gateway.store.events import ProviderEvent, ProviderEvents
@@ -99,7 +99,7 @@ class Intake:
         await provider.adapter.verify_webhook(headers, body)
         if provider.adapter.capabilities.webhook_poke:  # unsigned: only a reason to ask now
             await self._store.check_now(job_id)
-            self._notifier.wake("poller")
+            self._notifier.wake(LoopName.POLLER)
             return True
         if not await self._events.add(job_id, provider_name, body):
             return False
@@ -120,7 +120,7 @@ class EventProcessor(Loop):
     logged: it never blocks the job's other events (docs/lifecycle.md, "Errors").
     """
 
-    name = "events"
+    name = LoopName.EVENTS
 
     def __init__(
         self,
@@ -218,4 +218,4 @@ class EventProcessor(Loop):
         updated = await self._store.apply_progress(job.id, self._finalizer.progress(job, snapshot))
         if updated is not None:
             self._notifier.job_changed(job.id, updated)
-            self._notifier.wake("delivery")
+            self._notifier.wake(LoopName.DELIVERY)

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from gateway.boundary import Outage
 from gateway.clock import utcnow
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 
 __all__ = ["MAX_IDLE_S", "Loop", "sleep_until"]
 
@@ -45,7 +45,7 @@ def sleep_until(due: datetime | None, now: datetime, *, interval_s: float, max_i
 class Loop(ABC):
     """A background loop named ``name`` that the notifier can wake."""
 
-    name: str = "loop"
+    name: LoopName
     max_idle_s: float = MAX_IDLE_S
     #: When this loop's next work falls due (:mod:`gateway.store.due`), given "now";
     #: None: the loop has no such query and sleeps ``interval_s`` between rounds.

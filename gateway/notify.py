@@ -11,10 +11,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from enum import StrEnum
 
 from contracts.job import Job
 
-__all__ = ["Notifier"]
+__all__ = ["LoopName", "Notifier"]
+
+
+class LoopName(StrEnum):
+    """The background loops a wake-up can address: each :class:`gateway.loop.Loop` has
+    one (its value names the loop in ``loop_round_failed`` log lines)."""
+
+    DISPATCHER = "dispatcher"
+    POLLER = "poller"
+    EVENTS = "events"
+    DELIVERY = "delivery"
+    REAPER = "reaper"
+    WATCHER = "watcher"
+    GUARD = "guard"
+    ROUTES = "routes"
+    RETENTION = "retention"
 
 
 class Notifier:
@@ -22,11 +38,11 @@ class Notifier:
 
     def __init__(self) -> None:
         self._jobs: defaultdict[str, set[asyncio.Future[Job | None]]] = defaultdict(set)
-        self._work: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._work: defaultdict[LoopName, asyncio.Event] = defaultdict(asyncio.Event)
 
     def job_changed(self, job_id: str, job: Job | None = None) -> None:
         """Wake everyone waiting on ``job_id``, handing them ``job`` when it is known."""
-        self.wake("delivery")  # a change may have written outbound webhook events
+        self.wake(LoopName.DELIVERY)  # a change may have written outbound webhook events
         for waiter in self._jobs.get(job_id, ()):
             if not waiter.done():
                 waiter.set_result(job)
@@ -42,7 +58,7 @@ class Notifier:
         """
         waiter: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
         self._jobs[job_id].add(waiter)
-        self.wake("watcher")  # it watches other processes' changes only while someone waits
+        self.wake(LoopName.WATCHER)  # it watches other processes' changes only while someone waits
         try:
             return True, await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
@@ -57,11 +73,11 @@ class Notifier:
         """The ids somebody is waiting on right now (``Prefer: wait`` requests)."""
         return list(self._jobs)
 
-    def wake(self, loop_name: str) -> None:
+    def wake(self, loop_name: LoopName) -> None:
         """Tell the background loop ``loop_name`` that work is waiting."""
         self._work[loop_name].set()
 
-    async def sleep(self, loop_name: str, timeout_s: float) -> None:
+    async def sleep(self, loop_name: LoopName, timeout_s: float) -> None:
         """Wait until woken for ``loop_name`` or ``timeout_s`` passes."""
         event = self._work[loop_name]
         with contextlib.suppress(TimeoutError):

@@ -21,7 +21,7 @@ from gateway import boundary
 from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
 from gateway.store.jobs import JobStore
 
@@ -43,7 +43,7 @@ def provider_ref(job: Job) -> ProviderRef:
 class Poller(Loop):
     """Fetches due jobs' status; see the module docstring."""
 
-    name = "poller"
+    name = LoopName.POLLER
 
     def __init__(
         self,

@@ -15,18 +15,19 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
+from contracts.times import parse_time
 from gateway import ids, shadowgate, validation
 from gateway.bodies import FinishedBodies
 from gateway.clock import Clock, utcnow
 from gateway.http import wire
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.route import HIDDEN_ARMS
 from gateway.routing import Caller, Router
 from gateway.store.creates import CreateBatcher
@@ -240,7 +241,7 @@ class PredictionService:
         except Conflict:
             raise _reused_key(options) from None
         if created:
-            self._notifier.wake("dispatcher")
+            self._notifier.wake(LoopName.DISPATCHER)
         return job, created
 
     async def wait(self, job: Job, wait_s: float) -> Job:
@@ -284,7 +285,7 @@ class PredictionService:
         if job.state.terminal:
             return job
         job = await self._store.request_cancel(job_id)
-        self._notifier.wake("reaper")
+        self._notifier.wake(LoopName.REAPER)
         return job
 
     async def page(
@@ -345,11 +346,10 @@ def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         direction, at, job_id = raw.split("|")
-        position = datetime.fromisoformat(at)
-        if direction not in {"next", "prev"} or position.tzinfo is None:
+        if direction not in {"next", "prev"}:
             raise ValueError(direction)
-        return direction, (position.astimezone(UTC), job_id)
-    except (ValueError, OverflowError, UnicodeDecodeError, binascii.Error) as exc:
+        return direction, (parse_time(at, "cursor", naive_is_utc=False), job_id)
+    except (ValueError, UnicodeDecodeError, binascii.Error, ContractViolation) as exc:
         raise ContractViolation(f"cursor {cursor!r} is not one this gateway issued") from exc
 
 

@@ -31,7 +31,7 @@ from gateway.clock import Clock, utcnow
 from gateway.finalizer import Finalizer
 from gateway.http.wire import timestamp
 from gateway.loop import Loop
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.poller import provider_ref
 from gateway.providers import Provider
 from gateway.store.jobs import JobStore
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class Reaper(Loop):
     """Applies cancels, deadlines and the maximum lifetime."""
 
-    name = "reaper"
+    name = LoopName.REAPER
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from datetime import timedelta
 from gateway.clock import Clock, utcnow
 from gateway.files import FileService
 from gateway.loop import Loop
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.storage import Storage
 from gateway.store.retention import RetentionStore
 
@@ -29,7 +29,7 @@ class Retention(Loop):
     """Prunes old rows and data. Ages are in seconds; ``data_retention_s`` None keeps
     prediction data for ever."""
 
-    name = "retention"
+    name = LoopName.RETENTION
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from contracts.times import parse_time
 from gateway.config import Settings
 from gateway.routecontrol import RouteControl
 from gateway.routesync import seed
@@ -33,7 +34,6 @@ from gateway.storage import open_storage
 from gateway.store import db
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
-from gateway.webhooks.deadletter import parse_time
 
 __all__ = ["add_commands", "run"]
 

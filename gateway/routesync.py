@@ -15,7 +15,7 @@ import time
 
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.routing import Router
 from gateway.store.routes import RouteBook
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class RouteSync(Loop):
     """Keeps a :class:`gateway.routing.Router` in step with the store's routes."""
 
-    name = "routes"
+    name = LoopName.ROUTES
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ Changes made in this process wake waiters directly.
 from __future__ import annotations
 
 from gateway.loop import Loop
-from gateway.notify import Notifier
+from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore
 
 __all__ = ["Watcher"]
@@ -19,7 +19,7 @@ __all__ = ["Watcher"]
 class Watcher(Loop):
     """Wakes waiters of jobs that reached a terminal state (see the module docstring)."""
 
-    name = "watcher"
+    name = LoopName.WATCHER
 
     def __init__(self, *, store: JobStore, notifier: Notifier, interval_s: float) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s)

@@ -30,18 +30,20 @@ from typing import Any
 
 from aiohttp import web
 
+from contracts.auth import bearer_token
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
+from contracts.times import parse_time
 from gateway.clock import utcnow
 from gateway.http import keys
 from gateway.http import routes as route_admin
 from gateway.http.middleware import json_response
-from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, parse_time
+from gateway.notify import LoopName
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
 
 __all__ = ["create_admin_app"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 routes = web.RouteTableDef()
-DELIVERY_LOOP = "delivery"
 
 
 def create_admin_app(tokens: Iterable[str | tuple[str, str]]) -> web.Application:
@@ -69,9 +71,9 @@ def _admin_auth(
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        presented = token.strip().encode(errors="surrogateescape")  # undecodable bytes: 401
-        if scheme.lower() != "bearer" or not presented:
+        token = bearer_token(request.headers.get("Authorization"))
+        presented = token.encode(errors="surrogateescape")  # undecodable bytes: 401
+        if not presented:
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
         if not any(hmac.compare_digest(presented, t) for _, t in accepted):
             raise Unauthenticated("that is not a valid admin token")
@@ -110,7 +112,7 @@ async def replay_range(request: web.Request) -> web.Response:
         raise ContractViolation('"until" must be an ISO 8601 time')
     until = parse_time(until_text, "until") if until_text else utcnow()
     ids = await _letters(request).replay_range(since=since, until=until)
-    request.config_dict[keys.NOTIFIER].wake(DELIVERY_LOOP)
+    request.config_dict[keys.NOTIFIER].wake(LoopName.DELIVERY)
     return json_response({"replayed": len(ids), "ids": ids})
 
 
@@ -125,7 +127,7 @@ async def show(request: web.Request) -> web.Response:
 async def replay_one(request: web.Request) -> web.Response:
     """Replay one dead event."""
     letter = await _letters(request).replay(request.match_info["ref"])
-    request.config_dict[keys.NOTIFIER].wake(DELIVERY_LOOP)
+    request.config_dict[keys.NOTIFIER].wake(LoopName.DELIVERY)
     return json_response(letter.to_json())
 
 

@@ -7,9 +7,8 @@ without ``/v1`` calls ``/predictions``).
 
 from __future__ import annotations
 
-import hashlib
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -27,9 +26,17 @@ from contracts.replicate import (
     check_model_name,
     parse_version_ref,
 )
+from contracts.times import parse_time
 from gateway.config import RouteSettings
 from gateway.http import keys, wire
-from gateway.http.middleware import TOKEN_NAME, json_response, parse_body
+from gateway.http.middleware import (
+    SCOPE_CHARS,
+    TOKEN_NAME,
+    json_response,
+    parse_body,
+    presented_token,
+    token_scope,
+)
 from gateway.predictions import (
     CreateOptions,
     PredictionService,
@@ -42,8 +49,7 @@ __all__ = ["routes"]
 routes = web.RouteTableDef()
 _PREFIXES = ("/v1", "")
 # The store keeps "<16 hex of the token's SHA-256>:<key>" in a 255-character column.
-_SCOPE_CHARS = 16
-MAX_IDEMPOTENCY_KEY_CHARS = 255 - _SCOPE_CHARS - 1
+MAX_IDEMPOTENCY_KEY_CHARS = 255 - SCOPE_CHARS - 1
 _IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]+")  # printable ASCII
 
 
@@ -84,28 +90,16 @@ def _options(request: web.Request) -> CreateOptions:
         )
     return CreateOptions(
         idempotency_key=key,
-        idempotency_scope=_token_digest(request) if key is not None else "",
+        idempotency_scope=token_scope(request) if key is not None else "",
         wait_s=parse_prefer_wait(request.headers.get("Prefer"), settings.prefer_wait_max_s),
         cancel_after_s=parse_cancel_after(
             request.headers.get("Cancel-After"), settings.max_job_lifetime_s
         ),
         token_name=request.get(TOKEN_NAME),
-        token=_presented_token(request),
+        token=presented_token(request),  # the sticky canary's default caller key
         headers=request.headers,
     )
 
-
-def _presented_token(request: web.Request) -> str:
-    """The API token the request presented (the sticky canary's default caller key)."""
-    _, _, token = request.headers.get("Authorization", "").partition(" ")
-    return token.strip()
-
-
-def _token_digest(request: web.Request) -> str:
-    """The idempotency scope: 16 hex digits of the presented API token's SHA-256."""
-    _, _, token = request.headers.get("Authorization", "").partition(" ")
-    presented = token.strip().encode(errors="surrogateescape")
-    return hashlib.sha256(presented).hexdigest()[:_SCOPE_CHARS]
 
 
 def _model_name(request: web.Request) -> str:
@@ -212,18 +206,7 @@ async def list_predictions(request: web.Request) -> web.Response:
 
 def _when(request: web.Request, name: str) -> datetime | None:
     value = request.query.get(name)
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ContractViolation(f"{name} {value!r} is not an ISO-8601 timestamp") from exc
-    if parsed.tzinfo is None:
-        raise ContractViolation(f"{name} {value!r} needs a time zone (e.g. Z)")
-    try:
-        return parsed.astimezone(UTC)
-    except OverflowError as exc:
-        raise ContractViolation(f"{name} {value!r} is out of range") from exc
+    return None if value is None else parse_time(value, name, naive_is_utc=False)
 
 
 @_route("GET", "/models/{owner}/{name}")

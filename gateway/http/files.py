@@ -14,13 +14,14 @@ import base64
 import binascii
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import BodyPartReader, web
 
 from contracts.errors import ContractViolation
+from contracts.times import parse_time
 from gateway.files import FileService, safe_name
 from gateway.http import keys
 from gateway.http.assets import serve_stored
@@ -126,11 +127,8 @@ def _cursor(value: str | None) -> tuple[datetime, str] | None:
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
         at, file_id = raw.split("|")
-        when = datetime.fromisoformat(at)
-        if when.tzinfo is None:
-            raise ValueError(at)
-        return when.astimezone(UTC), file_id
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        return parse_time(at, "cursor", naive_is_utc=False), file_id
+    except (ValueError, UnicodeDecodeError, binascii.Error, ContractViolation) as exc:
         raise ContractViolation(f"cursor {value!r} is not one this gateway issued") from exc
 
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from contracts.auth import bearer_token, credentials
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
 from gateway.http import keys, wire
@@ -26,10 +27,12 @@ from gateway.store import db
 
 __all__ = [
     "PUBLIC_PREFIXES",
+    "SCOPE_CHARS",
     "TOKEN_NAME",
     "auth_middleware",
     "json_response",
     "parse_body",
+    "presented_token",
     "problem_middleware",
     "problem_response",
     "token_scope",
@@ -52,6 +55,9 @@ PUBLIC_PREFIXES = (
     "/openapi.json",
 )
 
+SCOPE_CHARS = 16
+"""Hex digits of a token's SHA-256 that name its scope (:func:`token_scope`)."""
+_API_SCHEMES = ("bearer", "token")  # ``Token`` is the legacy scheme (docs/replicate-api.md §1)
 STORE_RETRY_AFTER_S = 2
 """``Retry-After`` (seconds) of the 503 answered while the database cannot be reached."""
 
@@ -63,12 +69,17 @@ _HTTP_TITLES = {
 }
 
 
+def presented_token(request: web.Request) -> str:
+    """The token the request's ``Authorization`` header carries, whatever its scheme
+    (``""`` without one): :func:`contracts.auth.credentials`."""
+    return credentials(request.headers.get("Authorization"))[1]
+
+
 def token_scope(request: web.Request) -> str:
-    """Who is calling, without the token: 16 hex digits of its SHA-256 (idempotency keys
-    and uploaded files belong to it)."""
-    _, _, token = request.headers.get("Authorization", "").partition(" ")
-    presented = token.strip().encode(errors="surrogateescape")
-    return hashlib.sha256(presented).hexdigest()[:16]
+    """Who is calling, without the token: :data:`SCOPE_CHARS` hex digits of its SHA-256
+    (idempotency keys and uploaded files belong to it)."""
+    presented = presented_token(request).encode(errors="surrogateescape")
+    return hashlib.sha256(presented).hexdigest()[:SCOPE_CHARS]
 
 
 def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
@@ -150,9 +161,9 @@ def auth_middleware(
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith(PUBLIC_PREFIXES):
             return await handler(request)
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        presented = token.strip().encode(errors="surrogateescape")
-        if scheme.lower() not in {"bearer", "token"} or not presented:
+        token = bearer_token(request.headers.get("Authorization"), _API_SCHEMES)
+        presented = token.encode(errors="surrogateescape")
+        if not presented:
             raise Unauthenticated("You did not pass an authentication token")
         found = None
         for name, expected in accepted:  # every comparison runs: constant time overall

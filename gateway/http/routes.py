@@ -28,10 +28,10 @@ from typing import Any
 from aiohttp import web
 
 from contracts.errors import ContractViolation
+from contracts.times import parse_time
 from gateway.http import keys
-from gateway.http.middleware import json_response
+from gateway.http.middleware import json_response, presented_token
 from gateway.routecontrol import RouteControl
-from gateway.webhooks.deadletter import parse_time
 
 __all__ = ["ADMIN_TOKENS", "routes"]
 
@@ -51,8 +51,7 @@ def _key(request: web.Request) -> str:
 
 def _who(request: web.Request) -> str:
     """The name of the admin token the (already authenticated) request presented."""
-    _, _, token = request.headers.get("Authorization", "").partition(" ")
-    presented = token.strip().encode(errors="surrogateescape")
+    presented = presented_token(request).encode(errors="surrogateescape")
     for name, accepted in request.app[ADMIN_TOKENS]:
         if hmac.compare_digest(presented, accepted):
             return name

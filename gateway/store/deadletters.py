@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.clock import Clock, utcnow
-from gateway.store import deliveries, outbox
+from gateway.store import deliveries
+from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
@@ -52,7 +53,7 @@ class DeadLetterRows:
         """Dead rows created in ``[since, until)``, newest first, without payloads."""
         query = (
             sa.select(*_COLUMNS)
-            .where(table.c.status == outbox.DEAD, *_window(since, until))
+            .where(table.c.status == DeliveryStatus.DEAD, *_window(since, until))
             .order_by(table.c.created_at.desc(), table.c.id.desc())
             .limit(limit)
         )
@@ -86,9 +87,9 @@ class DeadLetterRows:
         rows = (
             await conn.execute(
                 table.update()
-                .where(table.c.status == outbox.DEAD, *where)
+                .where(table.c.status == DeliveryStatus.DEAD, *where)
                 .values(
-                    status=outbox.PENDING,
+                    status=DeliveryStatus.PENDING,
                     attempts=0,
                     next_attempt_at=self._clock(),
                     lease_owner=None,

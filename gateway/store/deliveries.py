@@ -22,7 +22,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.store import lease, outbox
+from contracts.replicate import WebhookEvent
+from gateway.store import lease
+from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
@@ -31,7 +33,6 @@ __all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow", 
 log = logging.getLogger(__name__)
 
 MAX_ENDPOINT_URL_CHARS = 2048  # endpoints.url
-COMPLETED = "completed"
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class DeliveryQueue(lease.Leasing):
         self,
         row_id: int,
         *,
-        status: str,
+        status: DeliveryStatus,
         next_attempt_at: datetime | None,
         status_code: int | None,
         error: str | None,
@@ -114,7 +115,7 @@ class DeliveryQueue(lease.Leasing):
             "lease_owner": None,
             "leased_until": None,
         }
-        if status == outbox.DELIVERED:
+        if status == DeliveryStatus.DELIVERED:
             values["delivered_at"] = now
         async with self._engine.begin() as conn:
             done = await conn.execute(
@@ -122,7 +123,7 @@ class DeliveryQueue(lease.Leasing):
                 .where(
                     table.c.id == row_id,
                     table.c.lease_owner == self._owner,
-                    table.c.status == outbox.PENDING,
+                    table.c.status == DeliveryStatus.PENDING,
                 )
                 .values(**values)
             )
@@ -162,9 +163,9 @@ async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]
     for row in picked:
         disabled = row.disabled_reason or long_urls.get(endpoint_key(row.url))
         if disabled is not None:
-            status, error = outbox.DEAD, f"not sent: {disabled}"
-        elif row.event != COMPLETED and row.completed_sent:
-            status, error = outbox.SUPERSEDED, "not sent: the completed event was delivered"
+            status, error = DeliveryStatus.DEAD, f"not sent: {disabled}"
+        elif row.event != WebhookEvent.COMPLETED and row.completed_sent:
+            status, error = DeliveryStatus.SUPERSEDED, "not sent: the completed event was delivered"
         else:
             continue
         await conn.execute(
@@ -187,12 +188,12 @@ def _due(now: datetime, limit: int) -> sa.Select[Any]:
     blocked = sa.exists().where(
         earlier.c.job_id == table.c.job_id,
         earlier.c.id < table.c.id,
-        earlier.c.status == outbox.PENDING,
+        earlier.c.status == DeliveryStatus.PENDING,
     )
     completed_sent = sa.exists().where(
         done.c.job_id == table.c.job_id,
-        done.c.event == COMPLETED,
-        done.c.status == outbox.DELIVERED,
+        done.c.event == WebhookEvent.COMPLETED,
+        done.c.status == DeliveryStatus.DELIVERED,
     )
     disabled = sa.select(endpoints.c.reason).where(endpoints.c.url == table.c.url)
     return (
@@ -206,7 +207,7 @@ def _due(now: datetime, limit: int) -> sa.Select[Any]:
             completed_sent.label("completed_sent"),
         )
         .where(
-            table.c.status == outbox.PENDING,
+            table.c.status == DeliveryStatus.PENDING,
             table.c.next_attempt_at <= now,
             lease.unleased(table, now),
             ~blocked,
@@ -228,6 +229,10 @@ async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
     )
     await conn.execute(
         table.update()
-        .where(table.c.url == url, table.c.status == outbox.PENDING, lease.unleased(table, now))
-        .values(status=outbox.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
+        .where(
+            table.c.url == url,
+            table.c.status == DeliveryStatus.PENDING,
+            lease.unleased(table, now),
+        )
+        .values(status=DeliveryStatus.DEAD, last_error=f"not sent: {reason}", next_attempt_at=None)
     )

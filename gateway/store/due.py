@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, JobState
-from gateway.store.outbox import PENDING
+from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import jobs, outbox, provider_events
 
 __all__ = ["Due"]
@@ -79,7 +79,8 @@ class Due:
     async def delivery(self, now: datetime) -> datetime | None:
         """The earliest time a pending outbound webhook is due (or its lease runs out)."""
         when = _when(outbox.c.next_attempt_at, outbox.c.leased_until, now)
-        return await self._min(sa.select(sa.func.min(when)).where(outbox.c.status == PENDING))
+        pending = outbox.c.status == DeliveryStatus.PENDING
+        return await self._min(sa.select(sa.func.min(when)).where(pending))
 
     async def reap(
         self, now: datetime, *, grace_s: float, resend_s: float, lifetime_s: float

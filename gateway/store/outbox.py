@@ -25,26 +25,55 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
+from contracts.replicate import WebhookEvent
 from gateway.http import wire
 from gateway.store.errors import ValueRefused
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
 
-__all__ = ["DEFAULT_EVENTS", "PENDING", "Plan", "Planner", "new_msg_id"]
+__all__ = [
+    "DEFAULT_EVENTS", "TERMINAL_DELIVERY_STATUSES", "DeliveryStatus", "Plan", "Planner",
+    "new_msg_id",
+]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EVENTS = ("output", "completed")
-PENDING = "pending"
-DELIVERED = "delivered"
-DEAD = "dead"
-SUPERSEDED = "superseded"
-DROPPED = "dropped"
+DEFAULT_EVENTS = (WebhookEvent.OUTPUT, WebhookEvent.COMPLETED)
+
+
+class DeliveryStatus(StrEnum):
+    """An outbox row's ``status`` (docs/webhooks.md, "Outcomes, retries and dead letters").
+
+    Only ``pending`` rows are sent; every other status is terminal (:attr:`terminal`)
+    until an operator replays a ``dead`` one, which puts it back to ``pending``.
+    """
+
+    PENDING = "pending"  # waiting for its first attempt or a retry
+    DELIVERED = "delivered"  # the receiver answered 2xx
+    DEAD = "dead"  # dead-lettered: listed and replayable
+    SUPERSEDED = "superseded"  # never sent: a later snapshot or the completed event won
+    DROPPED = "dropped"  # a non-terminal event whose one attempt failed
+
+    @property
+    def terminal(self) -> bool:
+        """True for every status but ``pending``: the row is settled, nothing sends it."""
+        return self in TERMINAL_DELIVERY_STATUSES
+
+
+TERMINAL_DELIVERY_STATUSES = frozenset(
+    {
+        DeliveryStatus.DELIVERED,
+        DeliveryStatus.DEAD,
+        DeliveryStatus.SUPERSEDED,
+        DeliveryStatus.DROPPED,
+    }
+)
 
 
 def new_msg_id() -> str:
@@ -52,7 +81,7 @@ def new_msg_id() -> str:
     return "msg_" + secrets.token_hex(12)
 
 
-def events_for(old: Job | None, new: Job) -> list[str]:
+def events_for(old: Job | None, new: Job) -> list[WebhookEvent]:
     """The events the transition ``old -> new`` causes, before the app's filter.
 
     A terminal transition that brings new output also counts as ``output``: with a filter
@@ -61,15 +90,15 @@ def events_for(old: Job | None, new: Job) -> list[str]:
     """
     if new.state.terminal:
         if old is not None and new.output is not None and new.output != old.output:
-            return ["completed", "output"]
-        return ["completed"]
+            return [WebhookEvent.COMPLETED, WebhookEvent.OUTPUT]
+        return [WebhookEvent.COMPLETED]
     events = []
     if new.state is JobState.RUNNING and (old is None or old.state is not JobState.RUNNING):
-        events.append("start")
+        events.append(WebhookEvent.START)
     if old is not None and new.output is not None and new.output != old.output:
-        events.append("output")
+        events.append(WebhookEvent.OUTPUT)
     if old is not None and new.logs and new.logs != old.logs:
-        events.append("logs")
+        events.append(WebhookEvent.LOGS)
     return events
 
 
@@ -104,7 +133,7 @@ def log_transition(old: Job | None, new: Job) -> None:
 class Plan:
     """The outbox events of one transition and their serialised payload."""
 
-    events: tuple[str, ...] = ()
+    events: tuple[WebhookEvent, ...] = ()
     payload: str | None = None
 
 
@@ -163,24 +192,24 @@ class Planner:
         events, payload = plan.events, plan.payload
         if not events or payload is None:
             return 0
-        if "completed" in events:
+        if WebhookEvent.COMPLETED in events:
             await conn.execute(
                 outbox.update()
-                .where(outbox.c.job_id == new.id, outbox.c.status == PENDING)
+                .where(outbox.c.job_id == new.id, outbox.c.status == DeliveryStatus.PENDING)
                 .where(outbox.c.attempts == 0)
-                .values(status=SUPERSEDED)
+                .values(status=DeliveryStatus.SUPERSEDED)
             )
-            await self._insert(conn, new, "completed", payload, now, now)
+            await self._insert(conn, new, WebhookEvent.COMPLETED, payload, now, now)
             return 1
         # One snapshot answers every event it triggers; prefer the most specific.
-        event = next(e for e in ("start", "output", "logs") if e in events)
-        if event == "start":
+        event = next(e for e in WebhookEvent if e in events)
+        if event is WebhookEvent.START:
             await self._insert(conn, new, event, payload, now, now)
             return 1
         return await self._coalesce(conn, new, event, payload, now)
 
     async def _coalesce(
-        self, conn: AsyncConnection, job: Job, event: str, payload: str, now: datetime
+        self, conn: AsyncConnection, job: Job, event: WebhookEvent, payload: str, now: datetime
     ) -> int:
         waiting = (
             await conn.execute(
@@ -188,7 +217,7 @@ class Planner:
                 .where(
                     outbox.c.job_id == job.id,
                     outbox.c.event == event,
-                    outbox.c.status == PENDING,
+                    outbox.c.status == DeliveryStatus.PENDING,
                     outbox.c.attempts == 0,
                 )
                 .values(payload=payload)
@@ -212,7 +241,7 @@ class Planner:
         self,
         conn: AsyncConnection,
         job: Job,
-        event: str,
+        event: WebhookEvent,
         payload: str,
         now: datetime,
         due: datetime,
@@ -224,7 +253,7 @@ class Planner:
                 event=event,
                 url=job.webhook,
                 payload=payload,
-                status=PENDING,
+                status=DeliveryStatus.PENDING,
                 attempts=0,
                 created_at=now,
                 next_attempt_at=due,

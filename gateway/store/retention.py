@@ -13,11 +13,12 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from contracts.job import TERMINAL_STATES
 from gateway.store.schema import assets, jobs, outbox, provider_events
 
 __all__ = ["RetentionStore"]
 
-_FINISHED = ("completed", "failed", "canceled")
+_FINISHED = sorted(TERMINAL_STATES)
 
 
 class RetentionStore:

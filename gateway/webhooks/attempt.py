@@ -20,12 +20,11 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.store import outbox
+from contracts.replicate import WebhookEvent
+from gateway.store.outbox import DeliveryStatus
 from gateway.webhooks import retry
 
-__all__ = ["COMPLETED", "Attempt", "Decision", "decide"]
-
-COMPLETED = "completed"
+__all__ = ["Attempt", "Decision", "decide"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Attempt:
 class Decision:
     """The row's next state after an attempt."""
 
-    status: str
+    status: DeliveryStatus
     next_attempt_at: datetime | None = None
     error: str | None = None
     disable_endpoint: bool = False
@@ -81,22 +80,22 @@ def decide(
     """
     code = result.status_code
     if code is not None and 200 <= code < 300:
-        return Decision(outbox.DELIVERED)
+        return Decision(DeliveryStatus.DELIVERED)
     if result.refused:
-        return Decision(outbox.DEAD, error=f"refused by the SSRF guard: {result.error}")
+        return Decision(DeliveryStatus.DEAD, error=f"refused by the SSRF guard: {result.error}")
     if code == 410:
-        return Decision(
-            outbox.DEAD, error="410 Gone: the endpoint is now disabled", disable_endpoint=True
-        )
+        gone = "410 Gone: the endpoint is now disabled"
+        return Decision(DeliveryStatus.DEAD, error=gone, disable_endpoint=True)
     error = result.error or _http_error(code)
-    if event != COMPLETED:
-        return Decision(outbox.DROPPED, error=f"{error} (non-terminal events are not retried)")
+    if event != WebhookEvent.COMPLETED:
+        dropped = f"{error} (non-terminal events are not retried)"
+        return Decision(DeliveryStatus.DROPPED, error=dropped)
     wait_s = retry.parse_retry_after(result.retry_after, now)
     due = schedule.next_attempt_at(attempt, now, rng, wait_s)
     if due is None:
         tries = f"{attempt} attempt" + ("s" if attempt != 1 else "")
-        return Decision(outbox.DEAD, error=f"{error}; gave up after {tries}")
-    return Decision(outbox.PENDING, next_attempt_at=due, error=error)
+        return Decision(DeliveryStatus.DEAD, error=f"{error}; gave up after {tries}")
+    return Decision(DeliveryStatus.PENDING, next_attempt_at=due, error=error)
 
 
 def _http_error(code: int | None) -> str:

@@ -16,40 +16,19 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.store.deadletters import DeadLetterRows, Ref
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "parse_time"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter"]
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 _MAX_ID = 2**31 - 1  # outbox.id is a 32-bit integer on PostgreSQL
 _DIGITS_RE = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²" and "٣"
 _MSG_ID_RE = re.compile(r"msg_[0-9A-Za-z_-]+")  # and no NUL, which PostgreSQL refuses
-
-
-def parse_time(text: str, name: str = "time") -> datetime:
-    """Read an ISO 8601 time (``2026-05-01T12:00:00Z``); without a zone it is UTC.
-
-    Raises
-    ------
-    ContractViolation
-        ``text`` is not an ISO 8601 date or date-time, or is out of range in UTC
-        (``0001-01-01T00:00:00+01:00``); the message names ``name``.
-    """
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ContractViolation(
-            f"{name} must be an ISO 8601 time such as 2026-05-01T12:00:00Z, got {text!r}"
-        ) from None
-    try:
-        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    except OverflowError:
-        raise ContractViolation(f"{name} {text!r} is out of range (years 1 to 9999 UTC)") from None
 
 
 @dataclass(frozen=True)

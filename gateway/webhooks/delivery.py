@@ -44,9 +44,9 @@ from gateway.clock import Clock, utcnow
 from gateway.config import WebhookSettings
 from gateway.loop import Loop
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
-from gateway.store import outbox
+from gateway.notify import LoopName, Notifier
 from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
+from gateway.store.outbox import DeliveryStatus
 from gateway.webhooks import connector, retry, signing, ssrf
 from gateway.webhooks.attempt import Attempt, Decision, decide
 
@@ -124,7 +124,7 @@ class Delivery(Loop):
         Counts attempts by event and outcome (delivered or failed).
     """
 
-    name = "delivery"
+    name = LoopName.DELIVERY
 
     def __init__(
         self,
@@ -267,7 +267,7 @@ class Delivery(Loop):
         recorded = await self._record(row, result, decision, ended)
         _log_outcome(row, result, decision, recorded)
         if self._metrics is not None:
-            outcome = "delivered" if decision.status == outbox.DELIVERED else "failed"
+            outcome = "delivered" if decision.status == DeliveryStatus.DELIVERED else "failed"
             self._metrics.webhook_deliveries.labels(row.event, outcome).inc()
         return decision
 
@@ -336,7 +336,7 @@ def _log_outcome(row: OutboxRow, result: Attempt, decision: Decision, recorded: 
     }
     if not recorded:
         log.warning("webhook_outcome_lost_lease", extra=context)
-    elif decision.status == outbox.DELIVERED:
+    elif decision.status == DeliveryStatus.DELIVERED:
         log.info("webhook_delivered", extra=context)
     else:
         log.warning("webhook_attempt_failed", extra={**context, "error": decision.error})

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts.errors import ContractViolation
+from contracts.times import parse_time
 from gateway import cli
 from gateway.config import WebhookSettings
 from gateway.webhooks import retry, signing
 from gateway.webhooks.attempt import Attempt, decide
-from gateway.webhooks.deadletter import parse_time
 from gateway.webhooks.delivery import signer_for
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
