@@ -29,6 +29,7 @@ __all__ = [
     "GuardSettings",
     "RouteSpec",
     "ShadowBudget",
+    "change_problem",
     "parse_caller_key",
     "route_key",
 ]
@@ -155,6 +156,22 @@ class RouteSpec(_Frozen):
         """The JSON form kept in the store (``caller_key`` as its text form)."""
         data = self.model_dump(mode="json", exclude={"caller_key"})
         return {**data, "caller_key": str(self.caller_key)}
+
+
+def change_problem(before: RouteSpec, after: RouteSpec) -> str | None:
+    """Why a live change from ``before`` to ``after`` is refused though ``after`` is a valid
+    spec, or None. A change that leaves the route shadowing without a ``shadow_policy``
+    (setting a shadow percent, or removing the policy while shadowing) would shadow
+    nothing, silently: no input is shadowed without a policy (docs/shadow.md, "Policy")."""
+    shadowing = after.shadow_percent > 0 and after.shadow_policy is None
+    touched = (before.shadow_percent != after.shadow_percent
+               or before.shadow_policy != after.shadow_policy)
+    if shadowing and touched:
+        return (f"shadow_percent {after.shadow_percent:g} needs a shadow_policy: without one no "
+                "input is shadowed (docs/shadow.md, \"Policy\"); give the route a "
+                "shadow_policy first (the admin API's PATCH /admin/routes/<route>, or the "
+                "config file)")
+    return None
 
 
 class AuditEntry(_Frozen):

@@ -27,7 +27,7 @@ from contracts.errors import ContractViolation, NotFound
 from contracts.job import JobState
 from gateway.clock import Clock, utcnow
 from gateway.guard import Sample
-from gateway.route import AuditEntry, RouteSpec
+from gateway.route import AuditEntry, RouteSpec, change_problem
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import jobs, route_changes, routes
 
@@ -162,7 +162,8 @@ class RouteBook:
         NotFound
             No such route.
         ContractViolation
-            An empty reason, or the changed spec is invalid (nothing is changed).
+            An empty reason, the changed spec is invalid, or the change is refused
+            (:func:`gateway.route.change_problem`); nothing is changed.
         """
         if not reason.strip():
             raise ContractViolation("a route change needs a reason")
@@ -177,6 +178,9 @@ class RouteBook:
                 after = RouteSpec.model_validate({**before.stored(), **update})
             except ValidationError as exc:
                 raise ContractViolation(_problem(exc)) from exc
+            problem = change_problem(before, after)
+            if problem is not None:
+                raise ContractViolation(problem)
             await conn.execute(
                 routes.update()
                 .where(routes.c.key == key)

@@ -110,6 +110,7 @@ async def test_admin_changes_are_live_audited_and_hidden_from_apps(canary):
         (f"/routes/{ROUTE}/canary", {"reason": "r"}, 422),
         (f"/routes/{ROUTE}/canary", [1, 2], 422),
         (f"/routes/{ROUTE}/shadow", {"percent": 200, "reason": "r"}, 422),
+        (f"/routes/{ROUTE}/shadow", {"percent": 10, "reason": "no shadow_policy"}, 422),
         ("/routes/acme/plain/canary", {"percent": 5, "reason": "no candidate"}, 422),
     ],
 )
@@ -170,7 +171,8 @@ def _write_config(tmp_path: Path, database_url: str, **route: Any) -> Path:
 
 
 async def test_cli_changes_and_shows_routes(database_url, tmp_path, capsys, monkeypatch):
-    config = str(_write_config(tmp_path, database_url))
+    config = str(_write_config(tmp_path, database_url,
+                               shadow_policy={"allow_fields": ["prompt"]}))
     run = lambda *args: cli.main(["routes", *args, "--config", config])  # noqa: E731
     with monkeypatch.context():
         assert await _in_thread(run, "set-canary", ROUTE, "25", "--reason", "step one") == 0

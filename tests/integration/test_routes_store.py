@@ -11,6 +11,7 @@ from gateway.route import RouteSpec
 from gateway.routecontrol import RouteControl
 from gateway.store import db
 from gateway.store.routes import RouteBook
+from shadow.policy import ShadowPolicy
 
 ROUTE = "acme/echo"
 
@@ -85,6 +86,7 @@ async def test_every_change_is_audited_and_moves_the_version(book: RouteBook):
         (ROUTE, {"shadow_policy": {"where": [{"field": "x", "op": "lt", "value": "a"}]}},
          ContractViolation),
         (ROUTE, {"colour": "blue"}, ContractViolation),
+        (ROUTE, {"shadow_percent": 10}, ContractViolation),  # no shadow_policy
     ],
 )
 async def test_bad_changes_are_refused_and_change_nothing(book, key, update, error):
@@ -93,6 +95,18 @@ async def test_bad_changes_are_refused_and_change_nothing(book, key, update, err
     with pytest.raises(error):
         await _control(book).change(key, update, who="alice", reason="try")
     assert (await book.version(), await book.get(ROUTE)) == before
+
+
+async def test_shadowing_without_a_policy_is_refused_and_changes_nothing(book: RouteBook):
+    policed = SPEC.model_copy(update={"shadow_policy": ShadowPolicy(allow_fields=["prompt"])})
+    await book.seed({ROUTE: policed})
+    await _control(book).set_shadow(ROUTE, 10, who="alice", reason="compare")
+    before = (await book.version(), await book.get(ROUTE))
+    with pytest.raises(ContractViolation, match="needs a shadow_policy"):
+        await _control(book).change(ROUTE, {"shadow_policy": None}, who="alice", reason="r")
+    assert (await book.version(), await book.get(ROUTE)) == before
+    await _control(book).set_shadow(ROUTE, 0, who="alice", reason="stop")
+    await _control(book).change(ROUTE, {"shadow_policy": None}, who="alice", reason="r")
 
 
 async def test_a_change_needs_a_reason(book: RouteBook):
