@@ -17,7 +17,6 @@ import hashlib
 import hmac
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -52,41 +51,54 @@ def kib(pid: int, field: str) -> int:
     return 0
 
 
+def reset_peak(pid: int) -> int:
+    """Reset the process's VmHWM to its current RSS; that RSS, in KiB."""
+    before = kib(pid, "VmRSS")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return before
+
+
+def wait_finished(http: httpx.Client, base_url: str, job_id: str) -> dict:
+    """Poll the prediction every 20 ms until it is terminal; its body."""
+    while True:
+        body = http.get(f"{base_url}/v1/predictions/{job_id}").json()
+        if body["status"] in {"succeeded", "failed", "canceled"}:
+            return body
+        time.sleep(0.02)
+
+
 def copy_once(gateway: GatewayProcess, url: str, file_url: str, http: httpx.Client
               ) -> tuple[float, float]:
     """(seconds, peak RSS growth in MiB) of one output copy."""
     pid = gateway._proc.pid  # type: ignore[union-attr]
     job_id = http.post(f"{gateway.url}/v1/predictions", json=CREATE_BODY).json()["id"]
     time.sleep(0.5)  # submitted
-    before = kib(pid, "VmRSS")
-    with open(f"/proc/{pid}/clear_refs", "w") as refs:  # reset VmHWM to the current RSS
-        refs.write("5")
+    before = reset_peak(pid)
     event = json.dumps({"id": f"fake-{job_id}", "status": "completed", "output": file_url})
     signature = hmac.new(FAKE_SECRET, event.encode(), hashlib.sha256).hexdigest()
     token = callback_token(url, job_id)
     start = time.perf_counter()
     http.post(f"{gateway.url}/provider-webhooks/fake/{job_id}/{token}", content=event,
               headers={"x-fake-signature": signature})
-    while True:
-        body = http.get(f"{gateway.url}/v1/predictions/{job_id}").json()
-        if body["status"] != "starting" and body["status"] != "processing":
-            break
-        time.sleep(0.02)
+    body = wait_finished(http, gateway.url, job_id)
     seconds = time.perf_counter() - start
     if body["status"] != "succeeded":
         raise RuntimeError(f"the copy failed: {body['error']}")
     return seconds, (kib(pid, "VmHWM") - before) / 1024
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def size_args(doc: str | None) -> argparse.Namespace:
+    """``--mib`` (1024) and ``--rounds`` (2); prints the header (command, machine, load)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    print("command:", " ".join(["python", *sys.argv]))
-    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
-          f"{len(os.sched_getaffinity(0))} cores, load average before {load_avg}", flush=True)
+    load.print_header()
+    return args
+
+
+def main() -> None:
+    args = size_args(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         big = work / "big.mp4"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -77,10 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=10)
     args = parser.parse_args()
-    print("command:", " ".join(["python", *sys.argv]))
-    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
-          f"{len(os.sched_getaffinity(0))} cores, load average before {load_avg}", flush=True)
+    load.print_header()
     fresh, warm, cpu, rss, ref_start, ref_cpu, ref_rss = [], [], [], [], [], [], []
     for n in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory() as tmp:

@@ -39,6 +39,7 @@ from gateway.http import (
     ops,
     provider_webhooks,
     streams,
+    uploads,
 )
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import auth_middleware, problem_middleware
@@ -122,6 +123,7 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     app.add_routes(ops.routes)
     app.add_routes(assets.routes)
     app.add_routes(provider_webhooks.routes)
+    app.add_routes(uploads.routes)
     app.add_routes(api.routes)
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
@@ -229,7 +231,9 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             max_output_bytes=gw.max_output_bytes,
             allowed_types=gw.allowed_output_types,
             download_timeout_s=gw.output_download_timeout_s,
+            recorded=RetentionStore(app[_ENGINE]).asset_keys,  # uploads (docs/cog.md §1.10)
         )
+        app[keys.UPLOADS] = assembly.uploads(settings, copier, app[keys.STORAGE], store)
         app[_FINALIZER] = Finalizer(
             store=store,
             copier=copier,

@@ -10,10 +10,13 @@ from typing import Any
 from contracts.errors import ConfigurationError, CutoverError
 from gateway import routewiring
 from gateway.config import Settings
+from gateway.outputs import OutputCopier
 from gateway.providers import Provider
 from gateway.storage import Storage, open_storage
+from gateway.store.jobs import JobStore
+from gateway.uploads import Uploads
 
-__all__ = ["api_tokens", "open_routes", "schema_fetcher", "storage_for"]
+__all__ = ["api_tokens", "open_routes", "schema_fetcher", "storage_for", "uploads"]
 
 
 def api_tokens(settings: Settings) -> dict[str, str]:
@@ -37,6 +40,19 @@ def storage_for(settings: Settings) -> Storage:
         ),
         part_size_bytes=conf.part_size_bytes,
     )
+
+
+def uploads(
+    settings: Settings, copier: OutputCopier, storage: Storage, store: JobStore
+) -> Uploads:
+    """The receiver of provider uploads (Cog's ``--upload-url``): the providers with an
+    ``upload_token`` take them (gateway/uploads.py)."""
+    tokens = {
+        name: conf.upload_token.get_secret_value()
+        for name, conf in settings.providers.items()
+        if conf.upload_token is not None
+    }
+    return Uploads(copier=copier, storage=storage, store=store, tokens=tokens)
 
 
 def schema_fetcher(

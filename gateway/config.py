@@ -64,6 +64,7 @@ __all__ = [
 
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_UPLOAD_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,}$")
 
 
 class _Section(BaseModel):
@@ -206,7 +207,9 @@ class ProviderSettings(_Section):
     ``cog`` provider needs one). ``token_env`` names the environment variable holding the
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
-    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``.
+    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``. ``upload_token`` lets
+    the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
+    §1.10).
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
@@ -220,6 +223,7 @@ class ProviderSettings(_Section):
     lost_grace_s: float | None = Field(default=None, ge=0)
     rate_limit_per_s: float | None = Field(default=None, gt=0)
     file_hosts: list[str] = Field(default_factory=list)
+    upload_token: SecretStr | None = None
     api: Literal["chat", "completions", "images"] = "chat"
     stream: bool = True
     jwks_url: str | None = None
@@ -232,6 +236,9 @@ class ProviderSettings(_Section):
             parts = urlsplit(self.base_url)
             if parts.scheme not in {"http", "https"} or not parts.netloc:
                 raise ValueError(f"base_url must be an absolute http(s) URL, got {self.base_url!r}")
+        token = self.upload_token.get_secret_value() if self.upload_token else None
+        if token is not None and not _UPLOAD_TOKEN_RE.match(token):
+            raise ValueError("upload_token needs at least 16 characters among A-Z a-z 0-9 _ -")
         if self.token_env is not None and not _ENV_NAME_RE.match(self.token_env):
             raise ValueError(
                 f"token_env names an environment variable (e.g. FAL_KEY), got {self.token_env!r}"

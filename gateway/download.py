@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["BLOCK_BYTES", "DownloadFailed", "Downloaded", "download"]
+__all__ = ["BLOCK_BYTES", "DownloadFailed", "Downloaded", "Spool", "download"]
 
 BLOCK_BYTES = 4 << 20  # one read, one write, one hash update
 QUEUED_BLOCKS = 2  # blocks written and waiting for the hashing thread
@@ -217,3 +217,71 @@ def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> A
     if scheme == "https":
         return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_tls())
     return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+
+class Spool:
+    """A body arriving on the event loop (an upload), written to ``path`` and hashed on
+    threads, at most one block behind: the loop keeps receiving while the last block is
+    written. Memory holds about three blocks whatever the size.
+
+    Raises :class:`DownloadFailed` from :meth:`write` past ``max_bytes``; the caller
+    removes ``path`` on any failure.
+    """
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._chunks: list[bytes] = []
+        self._pending_bytes = 0
+        self._handle: Any = None
+        self._hasher: _Hasher | None = None
+        self._writing: asyncio.Future[None] | None = None
+
+    async def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.max_bytes:
+            raise DownloadFailed(f"an output file exceeds the limit of {self.max_bytes} bytes")
+        self._chunks.append(chunk)
+        self._pending_bytes += len(chunk)
+        if self._pending_bytes >= BLOCK_BYTES:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if self._writing is not None:
+            await self._writing
+        block, self._chunks, self._pending_bytes = self._chunks, [], 0
+        loop = asyncio.get_running_loop()
+        self._writing = loop.run_in_executor(_threads(), self._write_block, block)
+
+    def _write_block(self, chunks: list[bytes]) -> None:
+        if self._handle is None:
+            self._handle = self.path.open("wb")
+            self._hasher = _Hasher()
+        block = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._handle.write(block)
+        assert self._hasher is not None
+        self._hasher.add(block)
+
+    async def finish(self) -> str:
+        """Write what is left, close the file; its SHA-256 (hex)."""
+        await self._flush()
+        assert self._writing is not None
+        await self._writing
+        return await asyncio.get_running_loop().run_in_executor(_threads(), self._close)
+
+    def _close(self) -> str:
+        if self._handle is None:  # an empty body
+            self._handle = self.path.open("wb")
+            self._hasher = _Hasher()
+        self._handle.close()
+        assert self._hasher is not None
+        return self._hasher.result()
+
+    async def discard(self) -> None:
+        """Stop (after a failure): wait for the block being written, close the file."""
+        if self._writing is not None:
+            with contextlib.suppress(Exception):
+                await self._writing
+        if self._handle is not None:
+            await asyncio.get_running_loop().run_in_executor(_threads(), self._close)

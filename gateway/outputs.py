@@ -26,7 +26,7 @@ import hashlib
 import mimetypes
 import posixpath
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ __all__ = [
     "MEDIA_TYPE_RE",
     "AssetError",
     "OutputCopier",
+    "asset_key",
     "has_files",
     "off_loop",
     "parse_data_uri",
@@ -128,6 +129,11 @@ class OutputCopier:
         Glob patterns of accepted content types (``image/*``); empty accepts all.
     download_timeout_s : float
         Deadline of one whole download, in seconds.
+    recorded : callable or None
+        ``await recorded(job_id)``: the keys of the files already recorded for a job (a
+        provider uploaded them to the gateway, gateway/uploads.py). An output naming
+        one of the job's own asset URLs that is not among them fails the copy: Cog
+        reports an upload's URL even when the upload failed (docs/cog.md §1.10).
     """
 
     def __init__(
@@ -138,8 +144,11 @@ class OutputCopier:
         max_output_bytes: int,
         allowed_types: list[str],
         download_timeout_s: float = 60.0,
+        recorded: Callable[[str], Awaitable[Collection[str]]] | None = None,
     ) -> None:
         self._storage = storage
+        self._recorded = recorded
+        self.max_output_bytes = max_output_bytes
         self._public_url = public_url
         self._max = max_output_bytes
         self._allowed = allowed_types
@@ -160,7 +169,32 @@ class OutputCopier:
         records: dict[str, AssetRecord] = {}
         hosts = {h.lower() for h in file_hosts}
         rewritten = await self._walk(job_id, output, records, hosts)
+        await self._check_uploaded(job_id, rewritten, records)
         return rewritten, list(records.values())
+
+    def asset_url(self, key: str) -> str:
+        """The owned URL apps read ``key`` from."""
+        return f"{self._public_url}/assets/{key}"
+
+    async def _check_uploaded(
+        self, job_id: str, output: Any, records: dict[str, AssetRecord]
+    ) -> None:
+        """Every URL of the job's own assets in ``output`` that this copy did not make
+        must be a recorded upload."""
+        prefix = self.asset_url(f"{job_id}/")
+        claimed = {
+            url.removeprefix(self.asset_url(""))
+            for url in _strings(output)
+            if url.startswith(prefix)
+        } - records.keys()
+        if not claimed:
+            return
+        known = set(await self._recorded(job_id)) if self._recorded is not None else set()
+        if claimed - known:
+            raise AssetError(
+                "an output file never reached owned storage: the provider's upload of it "
+                "failed or was refused (the gateway's log says why)"
+            )
 
     async def _walk(
         self, job_id: str, value: Any, records: dict[str, AssetRecord], hosts: set[str]
@@ -181,7 +215,7 @@ class OutputCopier:
                     f"an output file is {file.size} bytes; the limit is {self._max} bytes"
                 )
             self._check_type(file.content_type)
-            key = f"{job_id}/{file.sha256[:16]}/{_name(file)}"
+            key = asset_key(job_id, file.sha256, file.name, file.content_type)
             if key not in records:
                 if file.path is not None:
                     await self._storage.put_file(key, file.path)
@@ -197,7 +231,7 @@ class OutputCopier:
         finally:
             if file.path is not None:
                 await asyncio.to_thread(file.path.unlink, missing_ok=True)
-        return f"{self._public_url}/assets/{key}"
+        return self.asset_url(key)
 
     def _check_type(self, content_type: str) -> None:
         if self._allowed and not any(fnmatch.fnmatch(content_type, p) for p in self._allowed):
@@ -223,7 +257,7 @@ class OutputCopier:
         try:
             got = await download(
                 ref, path, max_bytes=self._max, timeout_s=self._download_timeout_s,
-                accept=self._accept,
+                accept=self.accept,
             )
         except BaseException as exc:
             await asyncio.to_thread(path.unlink, missing_ok=True)
@@ -236,9 +270,9 @@ class OutputCopier:
         name = posixpath.basename(urlsplit(ref).path) or None
         return _File(got.content_type, name, "url", got.sha256, got.size, path=path)
 
-    def _accept(self, raw: str) -> str:
-        """The content type to record for a download's ``Content-Type``; AssetError
-        when it is refused."""
+    def accept(self, raw: str) -> str:
+        """The content type to record for a ``Content-Type`` header (a download's, an
+        upload's); AssetError when it is refused."""
         raw_type = raw.split(";")[0].strip().lower()
         content_type = raw_type if MEDIA_TYPE_RE.match(raw_type) else "application/octet-stream"
         self._check_type(content_type)
@@ -285,8 +319,24 @@ def _is_file(value: str, hosts: set[str]) -> bool:
     return host is not None and host.lower() in hosts
 
 
-def _name(file: _File) -> str:
-    name = file.name
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+
+
+def asset_key(job_id: str, sha256: str, name: str | None, content_type: str) -> str:
+    """The storage key of a job's output file: ``<job id>/<sha256 prefix>/<name>``, the
+    name kept when it is short, plain ASCII and not hidden, else ``output.<ext>``."""
+    return f"{job_id}/{sha256[:16]}/{_name(name, content_type)}"
+
+
+def _name(name: str | None, content_type: str) -> str:
     if (
         name
         and len(name) <= _MAX_NAME_CHARS
@@ -294,5 +344,5 @@ def _name(file: _File) -> str:
         and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
     ):
         return name
-    extension = mimetypes.guess_extension(file.content_type) or ".bin"
+    extension = mimetypes.guess_extension(content_type) or ".bin"
     return f"output{extension}"

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Result", "hey", "median", "wrk"]
+__all__ = ["Result", "hey", "median", "print_header", "wrk"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,15 @@ def hey(url: str, *, rate: int, seconds: float, headers: dict[str, str]) -> Resu
 def median(values: list[float]) -> float:
     """The median, NaN for no values."""
     return statistics.median(values) if values else float("nan")
+
+
+def print_header() -> None:
+    """Print the command line and the machine with its load average (every script's top)."""
+    import os
+    import platform
+    import sys
+
+    print("command:", " ".join(["python", *sys.argv]))
+    load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}, "
+          f"{len(os.sched_getaffinity(0))} cores, load average before {load_avg}", flush=True)

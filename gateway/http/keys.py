@@ -16,6 +16,7 @@ from gateway.routewiring import RouteServices
 from gateway.routing import Router
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
+from gateway.uploads import Uploads
 from gateway.validation import Schemas
 from gateway.webhooks.deadletter import DeadLetters
 
@@ -33,3 +34,4 @@ METRICS = web.AppKey("metrics", Metrics)
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
 SCHEMAS = web.AppKey("schemas", Schemas)
 ROUTES = web.AppKey("routes", RouteServices)
+UPLOADS = web.AppKey("uploads", Uploads)

@@ -51,6 +51,7 @@ PUBLIC_PREFIXES = (
     "/streams/",
     "/file-downloads/",
     "/provider-webhooks/",
+    "/provider-uploads/",
     "/admin/",
     "/openapi.json",
 )

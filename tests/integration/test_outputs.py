@@ -62,6 +62,22 @@ async def test_malformed_data_uri_fails_the_prediction_with_a_clear_error(gatewa
     assert done["status"] == "failed" and "base64" in done["error"]
 
 
+async def test_an_own_asset_url_that_was_never_uploaded_fails_the_prediction(
+    gateway: GatewayHarness,
+):
+    """A provider that uploads its files (Cog's --upload-url, gateway/uploads.py) names
+    them by their owned URLs; one the gateway never recorded is not a file it has."""
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    await gateway.settle()
+    url = f"https://gateway.test/assets/{prediction['id']}/0123456789abcdef/out.bin"
+    assert await gateway.deliver(prediction["id"], JobState.COMPLETED, output=[url]) == 200
+    await gateway.settle()
+    done = await gateway.get(prediction["id"])
+    assert done["status"] == "failed" and "never reached owned storage" in done["error"]
+    other = "https://gateway.test/assets/someone-else/0123456789abcdef/out.bin"
+    assert (await finish_with(gateway, other))["output"] == other  # text, not this job's
+
+
 async def test_asset_keys_cannot_escape_the_storage_directory(gateway: GatewayHarness):
     for path in ("/assets/../cutover.db", "/assets/%2e%2e/cutover.db", "/assets/a/../../x"):
         response = await gateway.client.get(path)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -53,6 +53,8 @@ class CogServer:
         The interpreter to run; its directory goes first on ``PATH``.
     port : int or None
         The port to listen on (to restart a server where it was); a free one if None.
+    args : sequence of str
+        More command-line options, e.g. ``["--upload-url", url]``.
 
     Use as a context manager (start, wait until READY, stop), or call :meth:`start`,
     :meth:`wait_ready` and :meth:`stop` yourself.
@@ -65,8 +67,10 @@ class CogServer:
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
         port: int | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.model_dir = Path(model_dir)
+        self._args = list(args)
         self.port: int | None = port
         self._extra_env = dict(env or {})
         self._python = python
@@ -104,7 +108,7 @@ class CogServer:
             "PYTHONDONTWRITEBYTECODE": "1",
             **self._extra_env,
         }
-        command = [self._python, "-m", "cog.server.http", "--host", "127.0.0.1"]
+        command = [self._python, "-m", "cog.server.http", "--host", "127.0.0.1", *self._args]
         with open(self._workdir / "cog.log", "wb") as log:
             self._proc = subprocess.Popen(
                 command,
