@@ -1,23 +1,25 @@
 """Shadow pairs from the store, compared and reported with the ``shadow`` package.
 
 Feeds :func:`shadow.compare.compare` with the two ends of each finished pair (their job
-rows and the files copied to owned storage, read from there), keeps each comparison in
-memory (a pair's ends never change once terminal), and builds a route's report
-(:func:`shadow.report.build`: candidate pairs judged against the control-vs-control
-baseline pairs, rendered as Markdown, JSON or one offline HTML page) for ``cutover shadow
-report`` and the admin page. The canary guard reads the contract-break breach from here
-(:func:`shadow.noise.contract_breach`). See docs/shadow.md, "How the gateway uses it".
+rows and the files copied to owned storage, read from there) and keeps each comparison in
+the store, once (a pair's ends never change once terminal): a pair is compared the first
+time it is read with both ends terminal (by the canary guard's round when its guard
+judges shadow contract breaks, else by the first report), and read back from then on,
+by every process. A route's report (:func:`shadow.report.build`: candidate pairs judged
+against the control-vs-control baseline pairs, rendered as Markdown, JSON or one offline
+HTML page) serves ``cutover shadow report`` and the admin page. The canary guard reads
+the contract-break breach from here (:func:`shadow.noise.contract_breach`). See
+docs/shadow.md, "How the gateway uses it".
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from datetime import datetime
 
 from gateway import guard
 from gateway.route import RouteSpec
 from gateway.storage import Storage
-from gateway.store.shadows import FileRow, ShadowPair, ShadowStore
+from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
 from shadow import compare as comparing
 from shadow import noise
 from shadow import report as reporting
@@ -27,7 +29,6 @@ __all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
 
 GUARD_PAIRS = 200  # the newest candidate pairs the guard judges per round
 REPORT_PAIRS = 1000  # the newest pairs of each kind a report aggregates
-CACHE_SIZE = 5000
 
 
 class ShadowComparisons:
@@ -47,7 +48,6 @@ class ShadowComparisons:
         self._shadows = shadows
         self._storage = storage
         self._public_url = public_url
-        self._cache: OrderedDict[str, comparing.PairComparison] = OrderedDict()
 
     def _file(self, row: FileRow) -> OutputFile:
         return OutputFile(
@@ -59,26 +59,26 @@ class ShadowComparisons:
             key=row.key,
         )
 
-    async def _compare(self, pair: ShadowPair) -> comparing.PairComparison:
-        shadow_id = pair.candidate.id
-        cached = self._cache.get(shadow_id)
-        if cached is not None:
-            self._cache.move_to_end(shadow_id)
-            return cached
+    async def _compare(self, route: str, pair: ShadowPair) -> StoredComparison:
         control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
         other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
-        compared = await comparing.compare(control, other, pair_id=shadow_id)
-        self._cache[shadow_id] = compared
-        while len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return compared
+        compared = await comparing.compare(control, other, pair_id=pair.candidate.id)
+        return StoredComparison(
+            shadow_id=pair.candidate.id, primary_id=pair.control.id, route=route,
+            kind=pair.kind, created_at=pair.candidate.created_at,
+            comparison=compared.model_dump(mode="json"),
+        )
 
     async def compared(
         self, route: str, kind: str, since: datetime | None = None, limit: int = REPORT_PAIRS
     ) -> list[comparing.PairComparison]:
-        """The route's newest finished pairs of ``kind`` (``shadow`` or ``baseline``)."""
-        found = await self._shadows.pairs(route, since, limit, kind=kind)
-        return [await self._compare(pair) for pair in found]
+        """The route's newest finished pairs of ``kind`` (``shadow`` or ``baseline``),
+        compared: pairs finished since the last call are compared and kept first."""
+        fresh = await self._shadows.pairs(route, since, limit, kind=kind, uncompared=True)
+        if fresh:
+            await self._shadows.save_comparisons([await self._compare(route, p) for p in fresh])
+        kept = await self._shadows.comparisons(route, since, limit, kind=kind)
+        return [comparing.PairComparison.model_validate(c.comparison) for c in kept]
 
     async def pair_stats(self, route: str, spec: RouteSpec, since: datetime) -> guard.PairStats:
         """Candidate pairs since ``since``, their contract breaks, and the breach sentence

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import TERMINAL_STATES
-from gateway.store.schema import assets, jobs, outbox, provider_events
+from gateway.store.schema import assets, jobs, outbox, provider_events, shadow_comparisons
 
 __all__ = ["RetentionStore"]
 
@@ -82,6 +82,7 @@ class RetentionStore:
 
     async def remove_data(self, job_id: str) -> bool:
         """Clear a finished prediction's input, output and logs, drop its asset rows and
+        the comparisons of the shadow pairs it is part of (they quote its output), and
         mark it ``data_removed``; False when it was not due (already removed)."""
         async with self._engine.begin() as conn:
             done = await conn.execute(
@@ -92,4 +93,8 @@ class RetentionStore:
             if done.rowcount == 0:
                 return False
             await conn.execute(assets.delete().where(assets.c.job_id == job_id))
+            pairs = shadow_comparisons.c
+            await conn.execute(shadow_comparisons.delete().where(
+                sa.or_(pairs.shadow_id == job_id, pairs.primary_id == job_id)
+            ))
         return True

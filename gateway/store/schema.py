@@ -23,6 +23,7 @@ __all__ = [
     "route_changes",
     "routes",
     "secrets",
+    "shadow_comparisons",
 ]
 
 metadata = sa.MetaData(
@@ -216,4 +217,20 @@ route_changes = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("evidence", sa.JSON),
     sa.Index("ix_route_changes_route_id", "route", "id"),
+)
+
+# One compared shadow pair (docs/shadow.md, "How the gateway uses it"), written once when
+# it is first read with both ends terminal; deleted with either end's data (retention).
+shadow_comparisons = sa.Table(
+    "shadow_comparisons",
+    metadata,
+    sa.Column("shadow_id", sa.String(26), primary_key=True),
+    sa.Column("primary_id", sa.String(26), nullable=False),
+    sa.Column("route", sa.String(320), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("compared_at", UTCDateTime, nullable=False),
+    sa.Column("comparison", sa.JSON, nullable=False),
+    sa.Index("ix_shadow_comparisons_route_kind_created_at", "route", "kind", "created_at"),
+    sa.Index("ix_shadow_comparisons_primary_id", "primary_id"),
 )

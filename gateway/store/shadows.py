@@ -1,9 +1,10 @@
-"""Shadow jobs in the store: budget counts, finished pairs and their files (docs/shadow.md).
+"""Shadow jobs in the store: budget counts, finished pairs, their files and comparisons.
 
 A shadow is a job row of its own (``arm = 'shadow'``) whose ``shadow_of`` names its
 primary; it is written in the primary's insert transaction (:meth:`gateway.store.JobStore
 .create`). This module reads what the dispatcher needs to keep a route's shadows within
-budget and what the report needs to compare pairs.
+budget and what the report needs to compare pairs, and keeps each pair's comparison once
+made (table ``shadow_comparisons``, docs/shadow.md "How the gateway uses it").
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job
 from gateway.clock import Clock, utcnow
 from gateway.route import HIDDEN_ARMS
-from gateway.store.schema import assets, jobs
+from gateway.store.schema import assets, jobs, shadow_comparisons
 
-__all__ = ["FileRow", "ShadowPair", "ShadowStore"]
+__all__ = ["FileRow", "ShadowPair", "ShadowStore", "StoredComparison"]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _TERMINAL = [s.value for s in TERMINAL_STATES]
@@ -50,6 +52,20 @@ class ShadowPair:
     @property
     def kind(self) -> str:
         return self.candidate.arm
+
+
+@dataclass(frozen=True)
+class StoredComparison:
+    """One pair's comparison as kept: the shadow job's id, its primary's, the route, the
+    kind (``shadow`` or ``baseline``), the shadow's creation time and the JSON of
+    :class:`shadow.compare.PairComparison`."""
+
+    shadow_id: str
+    primary_id: str
+    route: str
+    kind: str
+    created_at: datetime
+    comparison: dict[str, Any]
 
 
 def _job(row: Any) -> Job:
@@ -83,10 +99,12 @@ class ShadowStore:
             return [_job(r) for r in (await conn.execute(query)).all()]
 
     async def pairs(
-        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str
+        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str,
+        uncompared: bool = False,
     ) -> list[ShadowPair]:
         """The route's newest ``limit`` pairs of ``kind`` (``shadow``: with the candidate,
-        ``baseline``: the control twice) where both ends are terminal."""
+        ``baseline``: the control twice) where both ends are terminal and still hold their
+        data; with ``uncompared``, only those without a stored comparison."""
         primary = jobs.alias("primary")
         query = (
             sa.select(jobs.c.id, jobs.c.shadow_of)
@@ -96,10 +114,17 @@ class ShadowStore:
                 jobs.c.arm == kind,
                 jobs.c.state.in_(_TERMINAL),
                 primary.c.state.in_(_TERMINAL),
+                jobs.c.data_removed.is_(False),
+                primary.c.data_removed.is_(False),
             )
             .order_by(jobs.c.created_at.desc())
             .limit(limit)
         )
+        if uncompared:
+            stored = shadow_comparisons.c.shadow_id
+            query = query.outerjoin(shadow_comparisons, stored == jobs.c.id).where(
+                stored.is_(None)
+            )
         if since is not None:
             query = query.where(jobs.c.created_at >= since)
         async with self._engine.connect() as conn:
@@ -121,3 +146,40 @@ class ShadowStore:
                        tuple(files[r.id]))
             for r in links
         ]
+
+    async def save_comparisons(self, found: list[StoredComparison]) -> None:
+        """Keep comparisons; a pair already kept (another process compared it too) keeps
+        its first one."""
+        if not found:
+            return
+        now = self._clock()
+        rows = [{"shadow_id": c.shadow_id, "primary_id": c.primary_id, "route": c.route,
+                 "kind": c.kind, "created_at": c.created_at, "compared_at": now,
+                 "comparison": c.comparison} for c in found]
+        async with self._engine.begin() as conn:
+            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            await conn.execute(
+                insert(shadow_comparisons).on_conflict_do_nothing(
+                    index_elements=[shadow_comparisons.c.shadow_id]
+                ),
+                rows,
+            )
+
+    async def comparisons(
+        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str
+    ) -> list[StoredComparison]:
+        """The route's newest ``limit`` kept comparisons of ``kind``, newest first (index
+        ``ix_shadow_comparisons_route_kind_created_at``)."""
+        table = shadow_comparisons
+        query = (
+            sa.select(table)
+            .where(table.c.route == route, table.c.kind == kind)
+            .order_by(table.c.created_at.desc(), table.c.shadow_id.desc())
+            .limit(limit)
+        )
+        if since is not None:
+            query = query.where(table.c.created_at >= since)
+        async with self._engine.connect() as conn:
+            found = (await conn.execute(query)).all()
+        return [StoredComparison(r.shadow_id, r.primary_id, r.route, r.kind, r.created_at,
+                                 r.comparison) for r in found]

@@ -11,7 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.job import JobState
 from gateway.http import keys
 from gateway.shadowgate import DROPPED
-from gateway.store.schema import jobs, outbox
+from gateway.store.retention import RetentionStore
+from gateway.store.schema import jobs, outbox, shadow_comparisons
+from shadow import compare as shadow_compare
 from tests.support.gateway import VERSION, GatewayHarness
 
 ROUTE = f"acme/echo:{VERSION}"
@@ -207,3 +209,36 @@ async def test_the_report_shows_the_pairs_in_every_format(make_gateway, tmp_path
         assert (await gateway.client.get(url, headers=ADMIN, params=params)).status == status
     missing = await gateway.client.get("/admin/routes/acme/nope/shadow-report", headers=ADMIN)
     assert missing.status == 404
+
+
+async def test_each_pair_is_compared_once_kept_and_dropped_with_its_data(make_gateway,
+                                                                          monkeypatch):
+    gateway = await make_gateway(**_sections())
+    compared: list[str] = []
+    real = shadow_compare.compare
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        compared.append(kwargs["pair_id"])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(shadow_compare, "compare", counting)
+
+    async def reported() -> dict[str, Any]:
+        response = await gateway.client.get(f"/admin/routes/{ROUTE}/shadow-report",
+                                            headers=ADMIN, params={"format": "json"})
+        assert response.status == 200
+        return await response.json()
+
+    await _pairs_with_breaks(gateway, 3)
+    assert ((await reported())["pairs"], len(compared)) == (3, 3)
+    again = await reported()  # read back, not compared again
+    assert (again["pairs"], again["contract_breaks"]["count"], len(compared)) == (3, 3, 3)
+    async with gateway.store.engine.connect() as conn:
+        kept = list(await conn.execute(sa.select(shadow_comparisons)))
+    assert sorted(r.shadow_id for r in kept) == sorted(compared)
+    assert {r.kind for r in kept} == {"shadow"}
+
+    await _pairs_with_breaks(gateway, 1)  # one more pair: only it is compared
+    assert ((await reported())["pairs"], len(compared)) == (4, 4)
+    assert await RetentionStore(gateway.store.engine).remove_data(compared[0])
+    assert ((await reported())["pairs"], len(compared)) == (3, 4)  # gone with its data
