@@ -23,10 +23,13 @@ from gateway.routing import Routed, Router
 from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["DROPPED", "ShadowGate", "shadow_job"]
+__all__ = ["DROPPED", "SHADOW_PRIORITY", "ShadowGate", "shadow_job"]
 
 log = logging.getLogger(__name__)
 DROPPED = "shadow dropped: the route's shadow budget is spent"
+#: Below every route's priority (-100..100): at a provider at capacity, a hidden copy
+#: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
+SHADOW_PRIORITY = -101
 
 
 class ShadowGate:
@@ -78,7 +81,8 @@ class ShadowGate:
 def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
     """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
     control again for the baseline): no webhook, no idempotency key, its own callback
-    token (docs/shadow.md)."""
+    token, and :data:`SHADOW_PRIORITY`, so it never takes a provider's slot from a
+    waiting prediction of an app (docs/shadow.md)."""
     spec = routed.spec
     if spec is None or spec.candidate is None:
         return None
@@ -96,6 +100,7 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         callback_token=ids.callback_token(),
         deadline=new.deadline,
         created_at=new.created_at,
+        priority=SHADOW_PRIORITY,
         arm=arm,
         shadow_of=new.id,
     )

@@ -147,6 +147,18 @@ async def test_a_baseline_share_runs_the_control_twice(make_gateway):
     assert [p["id"] for p in listing["results"]] == [made["id"]]
 
 
+async def test_a_hidden_copy_never_takes_a_slot_ahead_of_an_apps_prediction(make_gateway):
+    gateway = await make_gateway(**_sections(baseline_percent=100))  # copies on the control
+    first = await _create(gateway)  # its baseline copy waits, created before the second
+    second = await _create(gateway)
+    await gateway.settle()
+    fake = gateway.app[keys.PROVIDERS]["fake"].adapter
+    assert [r.job_id for r in fake.submitted] == [first["id"]]  # one slot (max_concurrency 1)
+    assert await gateway.deliver(first["id"], JobState.COMPLETED, output="X") == 200
+    await gateway.settle()
+    assert [r.job_id for r in fake.submitted][1] == second["id"]  # the app's, not the copy
+
+
 async def test_without_a_policy_nothing_is_shadowed(make_gateway):
     sections = _sections()
     sections["routes"][0].pop("shadow_policy")
