@@ -7,7 +7,9 @@ the jobs already in flight there, oldest first, and submits them concurrently:
 * accepted -> ``queued`` or ``running`` with the provider's job id; the next check (poll
   or watchdog probe) is scheduled;
 * ``ProviderBusy`` (Cog 409/503, 429) or a retryable failure -> stays ``queued`` and is
-  tried again after an exponential backoff with full jitter;
+  tried again after an exponential backoff with full jitter (a job an earlier submit
+  may have reached stays "maybe submitted", :data:`gateway.store.claims.RESUBMITTING`,
+  so a cancel or deadline still goes through the provider: docs/reliability.md);
 * ``UpstreamRejected`` -> ``failed`` with the provider's reason;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
@@ -42,6 +44,7 @@ from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError
 from gateway.providers import Provider
 from gateway.shadowgate import DROPPED, ShadowGate
+from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.webhooks import retry
 
@@ -196,12 +199,7 @@ class Dispatcher(Loop):
     async def _accepted(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
     ) -> None:
-        caps = provider.adapter.capabilities
-        # No polling where the provider cannot be asked: the job waits for its webhook
-        # (and the reaper's deadline).
-        next_check = None
-        if caps.fetch:
-            next_check = self._clock() + timedelta(seconds=caps.fetch_interval_s)
+        next_check = provider.first_check_at(self._clock())
         first = self._finalizer.progress(job, snapshot)
         # The provider acted: record it through a blip in the store rather than submit twice.
         updated = await boundary.retry_store(
@@ -239,6 +237,8 @@ class Dispatcher(Loop):
             log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
 
     async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
+        if job.raw_status == RESUBMITTING:  # an earlier submit may have reached it
+            why = RESUBMITTING
         delay = self._backoff.delay_s(job.attempts + 1, self._rng)
         if retry_after_s is not None:  # the provider's own wait, up to 300 s
             delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))

@@ -215,7 +215,18 @@ class EventProcessor(Loop):
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return
-        updated = await self._store.apply_progress(job.id, self._finalizer.progress(job, snapshot))
+        progress = self._finalizer.progress(job, snapshot)
+        if job.submitted_at is None:
+            # The provider has the job, yet its submit was never recorded (the process
+            # died mid-submit): the event records it, so polls and cancels reach the job
+            # (docs/reliability.md, "What the runs found"). Left unsubmitted but moved on
+            # to ``running``, it was in no loop's queue and never ended.
+            updated = await self._store.mark_submitted(
+                job.id, snapshot.provider_job_id, progress,
+                provider.first_check_at(self._clock()),
+            )
+        else:
+            updated = await self._store.apply_progress(job.id, progress)
         if updated is not None:
             self._notifier.job_changed(job.id, updated)
             self._notifier.wake(LoopName.DELIVERY)

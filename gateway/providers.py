@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,6 +34,13 @@ class Provider:
     name: str
     adapter: Adapter
     max_concurrency: int
+
+    def first_check_at(self, now: datetime) -> datetime | None:
+        """When a job this provider just accepted is first polled: ``now`` plus the
+        adapter's ``fetch_interval_s``; None for a provider that cannot be asked (the
+        job waits for its webhook and the reaper's deadline; docs/lifecycle.md)."""
+        caps = self.adapter.capabilities
+        return now + timedelta(seconds=caps.fetch_interval_s) if caps.fetch else None
 
 
 def missing_credentials(settings: Settings, environ: Mapping[str, str]) -> list[str]:

@@ -11,9 +11,10 @@ Each round:
    to a cancel and still miss it: docs/cog.md §1.7); the provider's terminal event
    decides the outcome. The cancel is claimed (marked sent) before it is sent, so several
    gateway processes send one;
-3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline) end
-   ``canceled``; jobs older than ``max_job_lifetime_s`` (without a deadline of their own)
-   are canceled upstream and end ``failed``.
+3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline, or
+   their submit if that came later: the provider is told first) end ``canceled``; jobs
+   older than ``max_job_lifetime_s`` (without a deadline of their own) are canceled
+   upstream and end ``failed``.
 
 Every job is one item (:func:`gateway.boundary.each`): one that fails waits for the next
 round and never stops the others' cancels and deadlines.

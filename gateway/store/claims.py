@@ -23,11 +23,15 @@ from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["MAYBE_SUBMITTED", "SUBMITTING", "Claims"]
+__all__ = ["MAYBE_SUBMITTED", "RESUBMITTING", "SUBMITTING", "Claims"]
 
 SUBMITTING = "submitting"
 """``raw_status`` of a job claimed for dispatch: its submit may be on the wire."""
-MAYBE_SUBMITTED = (SUBMITTING, "unreachable")
+RESUBMITTING = "resubmitting"
+"""``raw_status`` of a job claimed for dispatch again after a submit that may have
+reached the provider; the dispatcher defers it under this status whatever the new
+submit's answer (a busy provider says nothing about the earlier submit)."""
+MAYBE_SUBMITTED = (SUBMITTING, RESUBMITTING, "unreachable")
 """``raw_status`` values of unsubmitted jobs the provider may nevertheless have: a claim
 whose process died during the submit, or a submit that failed in transit (timeout, 5xx).
 Such a job is never ended here as "never submitted": it goes back to the dispatcher,
@@ -113,8 +117,10 @@ class Claims(lease.Leasing):
                 due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
                 rank = {c.id: i for i, c in enumerate(chosen)}
             until = now + self._lease_length
+            maybe = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING),
+                            else_=SUBMITTING)
             rows = await lease.claim(
-                conn, jobs, due, owner=self._owner, until=until, raw_status=SUBMITTING
+                conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
             )
         found = [_job(row) for row in rows]
         return found if rank is None else sorted(found, key=lambda job: rank[job.id])
@@ -354,8 +360,10 @@ class Claims(lease.Leasing):
         """Active jobs the gateway must end itself.
 
         ``cancel_before``: a cancel was requested, or the deadline passed, before this
-        time and no terminal event followed. ``created_before``: a job without a deadline
-        of its own created before this (the gateway's maximum job lifetime). A job the
+        time, and the job was not submitted after it (the provider gets the whole grace
+        to act on the cancel), and no terminal event followed. ``created_before``: a job
+        without a deadline of its own created before this (the gateway's maximum job
+        lifetime). A job the
         provider may have without the gateway knowing its id (:data:`MAYBE_SUBMITTED`)
         is left to the dispatcher, whose submit learns the id so the cancel reaches the
         provider; only the maximum lifetime ends it here.
@@ -373,7 +381,8 @@ class Claims(lease.Leasing):
                     sa.and_(known, sa.or_(
                         jobs.c.cancel_requested_at <= cancel_before,
                         jobs.c.deadline <= cancel_before,
-                    )),
+                    ), sa.or_(jobs.c.submitted_at.is_(None),
+                              jobs.c.submitted_at <= cancel_before)),
                     sa.and_(
                         sa.or_(jobs.c.deadline.is_(None), maybe),
                         jobs.c.created_at <= created_before,

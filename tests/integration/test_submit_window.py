@@ -17,21 +17,30 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, SubmitRequest
+from gateway.app import LOOPS
 from gateway.store.claims import SUBMITTING
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 
 
-async def _crash_after_the_provider_accepted(gateway: GatewayHarness, job_id: str) -> None:
-    """Claim the job as the dispatcher would, let the provider accept it, then "die"."""
+async def _crash_after_the_provider_accepted(
+    gateway: GatewayHarness, job_id: str, *, lease_runs_out: bool = True
+) -> None:
+    """Claim the job as the dispatcher would, let the provider accept it, then "die"
+    (and, unless told otherwise, let the dead process's lease run out)."""
     claimed = await gateway.store.claim_dispatch("fake", 1)
     assert [j.id for j in claimed] == [job_id]
     job = claimed[0]
     await gateway.fake.submit(
         SubmitRequest(job_id=job.id, input=job.input, model=job.model, version=job.version)
     )
+    if lease_runs_out:
+        await _lease_runs_out(gateway, job_id)
+
+
+async def _lease_runs_out(gateway: GatewayHarness, job_id: str) -> None:
     past = datetime.now(UTC) - timedelta(seconds=1)
-    async with gateway.store.engine.begin() as conn:  # the dead process's lease runs out
+    async with gateway.store.engine.begin() as conn:
         await conn.execute(jobs.update().where(jobs.c.id == job_id).values(leased_until=past))
 
 
@@ -86,5 +95,96 @@ async def test_the_grace_period_does_not_end_a_job_the_provider_may_have(
         f"/v1/predictions/{job_id}/cancel", headers=gateway.headers
     )
     assert cancel.status == 200
+    await gateway.wait_for(job_id, "canceled")
+    assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
+
+
+async def _running_before_the_lease_ran_out(gateway: GatewayHarness, job_id: str) -> None:
+    """The provider's "running" webhook is applied while the dead process still holds
+    the dispatch lease (so no resubmit learns the provider's id); then the lease ends."""
+    await _crash_after_the_provider_accepted(gateway, job_id, lease_runs_out=False)
+    assert await gateway.deliver(job_id, JobState.RUNNING) == 200
+    await gateway.settle()
+    assert (await gateway.get(job_id))["status"] == "processing"
+    await _lease_runs_out(gateway, job_id)
+
+
+async def test_a_job_the_provider_reports_running_before_its_submit_was_recorded_is_polled(
+    gateway: GatewayHarness,
+) -> None:
+    # Found by the crash soak (docs/reliability.md): the provider's "running" webhook
+    # was applied after the gateway died mid-submit; the job went running with no
+    # provider id, so no loop took it (the dispatcher takes unsubmitted jobs, the poller
+    # submitted ones) and, its terminal webhook lost, it never ended.
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _running_before_the_lease_ran_out(gateway, job_id)
+    gateway.fake.set_state(job_id, JobState.COMPLETED, output="done")  # its webhook is lost
+    done = await gateway.wait_for(job_id, "succeeded")
+    assert done["output"] == "done"
+    assert gateway.fake.provider_job_id(job_id) in gateway.fake.fetch_calls
+
+
+async def test_a_cancel_reaches_a_job_the_provider_reported_running_before_its_submit(
+    make_gateway: Any,
+) -> None:
+    gateway = await make_gateway(gateway={"cancel_grace_s": 0.01})
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _running_before_the_lease_ran_out(gateway, job_id)
+    cancel = await gateway.client.post(
+        f"/v1/predictions/{job_id}/cancel", headers=gateway.headers
+    )
+    assert cancel.status == 200
+    await gateway.wait_for(job_id, "canceled")
+    assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
+
+
+async def test_a_busy_resubmit_does_not_forget_that_the_provider_may_have_the_job(
+    gateway: GatewayHarness,
+) -> None:
+    # Found by the crash soak: after the crash, the resubmit was answered 429 (busy);
+    # the job was deferred as "busy", no longer "maybe submitted", so its deadline ended
+    # it locally and the provider, which had it from the first submit, ran it to
+    # succeeded. The resubmit's busy answer says nothing about the first submit.
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id)
+    gateway.fake.busy_times = 1
+    cancel = await gateway.client.post(
+        f"/v1/predictions/{job_id}/cancel", headers=gateway.headers
+    )
+    assert cancel.status == 200
+    await gateway.wait_for(job_id, "canceled")
+    assert gateway.fake.busy_times == 0  # the resubmit was answered busy
+    assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
+
+
+async def test_a_job_submitted_past_its_deadline_gets_the_provider_cancel_and_its_grace(
+    make_gateway: Any, monkeypatch: Any,
+) -> None:
+    # Found by the crash soak: a "maybe submitted" job whose deadline passed while the
+    # gateway was down was resubmitted; its grace (counted from the deadline) had run
+    # out, so the reaper ended it canceled in the round that saw it submitted, before a
+    # cancel was ever sent, and the provider ran it to succeeded. The grace now starts
+    # no earlier than the submit, so the provider is told first.
+    gateway = await make_gateway(gateway={"cancel_grace_s": 2.0})
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id)
+    passed = datetime.now(UTC) - timedelta(seconds=5)
+    async with gateway.store.engine.begin() as conn:
+        await conn.execute(jobs.update().where(jobs.c.id == job_id).values(deadline=passed))
+    loops = {loop.name: loop for loop in gateway.app[LOOPS]}
+    claim_cancels = gateway.store.claim_cancels
+
+    async def submitted_right_after(*args: Any, **kwargs: Any) -> Any:
+        claimed = await claim_cancels(*args, **kwargs)  # nothing: not submitted yet
+        await loops["dispatcher"].run_once()  # another process's resubmit lands now
+        return claimed
+
+    monkeypatch.setattr(gateway.store, "claim_cancels", submitted_right_after)
+    await loops["reaper"].run_once()
+    monkeypatch.setattr(gateway.store, "claim_cancels", claim_cancels)
     await gateway.wait_for(job_id, "canceled")
     assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
