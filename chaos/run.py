@@ -131,8 +131,10 @@ async def run(options: Options) -> Report:
         config = gateway_config(options, keys, provider_url, database_url)
         fleet = Fleet(config, options.workdir, options.gateways)
         await fleet.start()
+        slack_s = 60.0 * options.kills  # a busy machine restarts a gateway slowly
         driver = Driver(urls=fleet.urls, token=keys.api_token, hooks_url=f"{hooks}/hooks",
-                        profile=options.profile, rng=rng, wait_slack_s=10.0 + 60.0 * options.kills)
+                        profile=options.profile, rng=rng, wait_slack_s=10.0 + slack_s,
+                        retry_creates_s=120.0 + slack_s)
         try:
             tracked = await _drive(driver, fleet, options, rng)
             await settle(tracked, receiver, options.profile)
