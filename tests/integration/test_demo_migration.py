@@ -4,7 +4,7 @@ The script itself checks every step (the report shows the colour cast and nothin
 each caller lands on its sticky arm at 10, 50 and 100 %, the guard rolls back after the
 forced failure, every caller is back on the control) and exits 1 when one does not hold;
 this runs it in a work dir of its own and reads what it printed and left behind. It takes
-two to three minutes on a busy machine: two real Cog servers (one restarted), the gateway
+about two minutes on a busy machine: two real Cog servers (one restarted), the gateway
 and about 90 predictions through the real ``replicate`` client.
 """
 
