@@ -24,6 +24,7 @@ from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, U
 from contracts.replicate import Problem
 from gateway.http import keys, wire
 from gateway.store import db
+from gateway.store import errors as store_errors
 
 __all__ = [
     "PUBLIC_PREFIXES",
@@ -60,7 +61,8 @@ SCOPE_CHARS = 16
 """Hex digits of a token's SHA-256 that name its scope (:func:`token_scope`)."""
 _API_SCHEMES = ("bearer", "token")  # ``Token`` is the legacy scheme (docs/replicate-api.md §1)
 STORE_RETRY_AFTER_S = 2
-"""``Retry-After`` (seconds) of the 503 answered while the database cannot be reached."""
+"""``Retry-After`` (seconds) of a 503 that names no wait of its own: the database cannot
+be reached, is locked or busy, or could not serialise the request's transaction."""
 
 _HTTP_TITLES = {
     404: "Not found",
@@ -107,6 +109,8 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except CutoverError as exc:
         response = problem_response(exc.status, exc.title, exc.detail)
         retry_after = getattr(exc, "retry_after_s", None)
+        if retry_after is None and exc.status == 503:
+            retry_after = STORE_RETRY_AFTER_S
         if retry_after is not None:
             response.headers["Retry-After"] = str(max(1, round(retry_after)))
         return response
@@ -119,16 +123,22 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception as exc:  # the boundary: never a traceback to the client
-        if db.unreachable(exc):  # the store is away: retry later, and say when
-            log.warning("store_unreachable", extra={"path": request.path,
-                                                    "error": type(exc).__name__})
-            response = problem_response(
-                503, "Service unavailable", "the gateway's database cannot be reached; retry"
-            )
-            response.headers["Retry-After"] = str(STORE_RETRY_AFTER_S)
-            return response
+        if store_errors.transient(exc):  # away, locked or busy: retry later, say when
+            return _store_unavailable(request, exc)
         log.exception("unhandled_error", extra={"path": request.path})
         return problem_response(500, "Internal error", "the gateway failed; see its logs")
+
+
+def _store_unavailable(request: web.Request, exc: Exception) -> web.Response:
+    """503 with ``Retry-After`` for a transient store error (docs/reliability.md,
+    "Dependency outages"): the database cannot be reached, or it is locked or busy."""
+    away = db.unreachable(exc)
+    log.warning("store_unreachable" if away else "store_busy",
+                extra={"path": request.path, "error": type(exc).__name__})
+    why = "cannot be reached" if away else "is busy"
+    response = problem_response(503, "Service unavailable", f"the gateway's database {why}; retry")
+    response.headers["Retry-After"] = str(STORE_RETRY_AFTER_S)
+    return response
 
 
 def _http_detail(request: web.Request, exc: web.HTTPException) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "PG_ADMIN_DSN",
     "database_url_for",
     "migrate",
+    "pg_admin",
     "reset_database",
     "run_sync",
     "sync_database",
@@ -44,7 +45,8 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-async def _admin(statement: str) -> None:
+async def pg_admin(statement: str) -> None:
+    """Run one statement as the PostgreSQL admin user (on the admin database)."""
     admin = await asyncpg.connect(PG_ADMIN_DSN)
     try:
         await admin.execute(statement)
@@ -64,11 +66,11 @@ async def database_url_for(backend: str, tmp_path: Path) -> AsyncIterator[str]:
         yield f"sqlite+aiosqlite:///{tmp_path / 'cutover.db'}"
         return
     name = f"cutover_test_{secrets.token_hex(6)}"
-    await _admin(f'CREATE DATABASE "{name}"')
+    await pg_admin(f'CREATE DATABASE "{name}"')
     try:
         yield _pg_url(name)
     finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def reset_database(url: str) -> None:
@@ -101,8 +103,8 @@ def sync_database(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite+aiosqlite:///{tmp_path / 'cutover.db'}"
         return
     name = f"cutover_test_{secrets.token_hex(6)}"
-    run_sync(_admin(f'CREATE DATABASE "{name}"'))
+    run_sync(pg_admin(f'CREATE DATABASE "{name}"'))
     try:
         yield _pg_url(name)
     finally:
-        run_sync(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        run_sync(pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
