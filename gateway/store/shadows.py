@@ -104,7 +104,9 @@ class ShadowStore:
     ) -> list[ShadowPair]:
         """The route's newest ``limit`` pairs of ``kind`` (``shadow``: with the candidate,
         ``baseline``: the control twice) where both ends are terminal and still hold their
-        data; with ``uncompared``, only those without a stored comparison."""
+        data, and the shadow reached its provider (one dropped by the budget, or expired
+        while waiting, says nothing about the provider: it would read as a status break);
+        with ``uncompared``, only those without a stored comparison."""
         primary = jobs.alias("primary")
         query = (
             sa.select(jobs.c.id, jobs.c.shadow_of)
@@ -114,6 +116,7 @@ class ShadowStore:
                 jobs.c.arm == kind,
                 jobs.c.state.in_(_TERMINAL),
                 primary.c.state.in_(_TERMINAL),
+                jobs.c.submitted_at.is_not(None),
                 jobs.c.data_removed.is_(False),
                 primary.c.data_removed.is_(False),
             )

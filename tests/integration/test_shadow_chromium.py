@@ -54,10 +54,12 @@ def hex_rgb(colour: str) -> tuple[int, int, int]:
 async def shadowed_pairs(make_gateway: Any) -> GatewayHarness:
     """A gateway whose route has ``PAIRS`` finished pairs, one of them green."""
     gateway = await make_gateway(
-        providers={"fake": {"kind": "fake"}, "fake2": {"kind": "fake"}},
+        providers={"fake": {"kind": "fake", "max_concurrency": PAIRS},
+                   "fake2": {"kind": "fake", "max_concurrency": PAIRS}},
         routes=[{"model": "acme/echo", "version": VERSION, "provider": "fake",
                  "candidate": "fake2", "shadow_percent": 100, "baseline_percent": 0,
-                 "shadow_policy": {"allow_fields": ["prompt"]}}],
+                 "shadow_policy": {"allow_fields": ["prompt"]},
+                 "shadow_budget": {"max_concurrent": PAIRS, "max_per_hour": 100}}],
         admin={"tokens": [ADMIN_TOKEN]},
     )
     made = [await gateway.create({"version": VERSION, "input": {"prompt": f"p{i}"}})

@@ -23,12 +23,15 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def _sections(**route: Any) -> dict[str, Any]:
     return {
-        "providers": {"fake": {"kind": "fake"}, "fake2": {"kind": "fake"}},
+        # room for every job and every shadow: a dropped shadow makes no pair
+        "providers": {"fake": {"kind": "fake", "max_concurrency": 50},
+                      "fake2": {"kind": "fake", "max_concurrency": 50}},
         "routes": [
             {"model": "acme/echo", "version": VERSION, "provider": "fake",
              "candidate": "fake2", "shadow_percent": 100, "baseline_percent": 0,
              "shadow_policy": {"allow_fields": ["prompt", "n"], "max_input_bytes": 200,
                                "rules": [{"field": "n", "max": 5}]},
+             "shadow_budget": {"max_concurrent": 50, "max_per_hour": 1000},
              **route},
         ],
         "admin": {"tokens": [{"name": "ops", "token": ADMIN_TOKEN}]},
@@ -126,6 +129,14 @@ async def test_over_budget_shadows_are_dropped_not_queued(make_gateway):
         for s in family.samples
     }
     assert samples[("cutover_shadows_total", (("outcome", "dropped"), ("route", ROUTE)))] == 2
+    # a dropped shadow never reached the candidate: no pair, so no status "break"
+    for row in await _rows(gateway):
+        if row.state != "canceled":
+            assert await gateway.deliver(row.id, JobState.COMPLETED, output="X") == 200
+    await gateway.settle()
+    report = await (await gateway.client.get(f"/admin/routes/{ROUTE}/shadow-report",
+                                             headers=ADMIN, params={"format": "json"})).json()
+    assert (report["pairs"], report["contract_breaks"]["count"]) == (1, 0)
 
 
 async def test_set_shadow_is_audited_and_zero_stops_shadows(shadowed):
@@ -148,7 +159,9 @@ async def test_a_baseline_share_runs_the_control_twice(make_gateway):
 
 
 async def test_a_hidden_copy_never_takes_a_slot_ahead_of_an_apps_prediction(make_gateway):
-    gateway = await make_gateway(**_sections(baseline_percent=100))  # copies on the control
+    sections = _sections(baseline_percent=100)  # the copies on the control
+    sections["providers"]["fake"]["max_concurrency"] = 1
+    gateway = await make_gateway(**sections)
     first = await _create(gateway)  # its baseline copy waits, created before the second
     second = await _create(gateway)
     await gateway.settle()
