@@ -23,7 +23,7 @@ round and never stops the others' cancels and deadlines.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from contracts.errors import CutoverError
 from contracts.job import Job, JobState
@@ -37,9 +37,11 @@ from gateway.poller import provider_ref
 from gateway.providers import Provider
 from gateway.store.jobs import JobStore
 
-__all__ = ["Reaper"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper"]
 
 log = logging.getLogger(__name__)
+ASKS_BEFORE_GIVING_UP = 3
+"""Failed asks of the provider before the gateway ends an overdue job on its own."""
 
 
 class Reaper(Loop):
@@ -70,6 +72,9 @@ class Reaper(Loop):
         self._lifetime = timedelta(seconds=max_job_lifetime_s)
         self._batch = batch
         self._clock = clock
+        # Job id -> (failed asks, when the last one was made): in this process only, so
+        # a restart asks more often, never less.
+        self._asks: dict[str, tuple[int, datetime]] = {}
 
     async def run_once(self) -> int:
         unsubmitted = await self._store.unsubmitted_to_cancel(self._batch)
@@ -82,8 +87,15 @@ class Reaper(Loop):
             created_before=now - self._lifetime,
             limit=self._batch,
         )
-        await boundary.each(overdue, self._expire, self._failed)
-        return len(unsubmitted) + len(cancels) + len(overdue)
+        self._asks = {k: v for k, v in self._asks.items() if k in {j.id for j in overdue}}
+        due = [job for job in overdue if self._may_ask(job, now)]
+        await boundary.each(due, self._expire, self._failed)
+        return len(unsubmitted) + len(cancels) + len(due)
+
+    def _may_ask(self, job: Job, now: datetime) -> bool:
+        """Not again within ``cancel_resend_s`` of a failed ask of the provider."""
+        asked = self._asks.get(job.id)
+        return asked is None or now - asked[1] >= self._resend
 
     async def _failed(self, job: Job, exc: BaseException, verdict: boundary.Verdict) -> None:
         """One job's cancel or deadline raised: it is tried again next round (a cancel
@@ -142,8 +154,10 @@ class Reaper(Loop):
         already finished them ``succeeded`` (their webhooks lost, the polls failing): the
         provider's terminal answer wins, so a job it reports finished is finalized with
         that answer. True when that happened, or when the provider could not be asked:
-        the job is then tried again next round, until three times the grace period has
-        passed (docs/reliability.md, "What the runs found").
+        the job is then tried again (``cancel_resend_s`` later) until three times the
+        grace period has passed and at least :data:`ASKS_BEFORE_GIVING_UP` asks failed
+        (the time alone may have passed while the gateway was down: docs/reliability.md,
+        "What the runs found").
         """
         provider = self._providers.get(job.provider)
         if (
@@ -156,8 +170,11 @@ class Reaper(Loop):
             snapshot = await provider.adapter.fetch(provider_ref(job))
         except CutoverError as exc:
             log.warning("expire_fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            now = self._clock()
+            failed = self._asks.get(job.id, (0, now))[0] + 1
+            self._asks[job.id] = (failed, now)
             since = job.cancel_requested_at or job.deadline or job.created_at
-            return self._clock() - since < 3 * self._grace
+            return failed < ASKS_BEFORE_GIVING_UP or now - since < 3 * self._grace
         if snapshot.lost or not snapshot.state.terminal:
             return False
         if snapshot.provider_job_id != job.provider_job_id:
