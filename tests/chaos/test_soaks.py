@@ -45,9 +45,6 @@ async def test_crash_soak(backend: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif("postgres" not in BACKENDS, reason="PostgreSQL backend not selected")
-@pytest.mark.xfail(strict=False, reason="issue 6 fault 5: max_concurrency is counted and "
-                   "claimed in separate transactions, so it does not hold across processes "
-                   "(peak 20 at a limit of 8) until the faults branch lands")
 async def test_replica_soak(tmp_path: Path) -> None:
     profile = QUICK.model_copy(update={"max_concurrency": 8, "in_flight": 48})
     async with database_url_for("postgres", tmp_path) as url:
