@@ -44,6 +44,11 @@ class Sent:
     body: bytes
 
 
+# Deadline for the upstream job to appear: generous, as it is a deadline for a condition
+# (met within a few passes on an idle machine), not a pause.
+JOB_WAIT_S = 30.0
+
+
 async def pump(h: GatewayHarness, rounds: int = 20) -> None:
     """Step every loop until a pass does nothing (or ``rounds`` passes: polls keep coming
     due at the short intervals this suite uses)."""
@@ -89,11 +94,13 @@ class Driver:
                 await self._step()
             return self.server.only()
 
-        return await asyncio.wait_for(one(), 5.0)
+        return await asyncio.wait_for(one(), JOB_WAIT_S)
 
     async def _step(self) -> None:
+        # One pass of every loop, then look again: a full pump() keeps stepping while
+        # polls come due, which on a loaded machine outlasts the whole wait.
         if self.h is not None:
-            await pump(self.h)
+            await pump(self.h, rounds=1)
         await asyncio.sleep(0.01)
 
     def start_job(self, job: UpJob) -> None:
@@ -170,7 +177,7 @@ class FakeKind(Driver):
             request = self.fake.submitted[0]
             return UpJob(id=request.job_id, input=request.input, webhook=request.webhook_url)
 
-        return await asyncio.wait_for(one(), 5.0)
+        return await asyncio.wait_for(one(), JOB_WAIT_S)
 
     def _record(self, job: UpJob, state: JobState, **fields: Any) -> None:
         self.fake.set_state(job.id, state, **fields)
