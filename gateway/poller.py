@@ -6,6 +6,14 @@ hands a terminal snapshot to the finalizer. Between checks the interval grows wi
 job's age (half its time since submission, between the adapter's ``fetch_interval_s`` and
 ``fetch_max_interval_s``) with full jitter, so a long job is not hammered and a lost
 webhook is still noticed. Jobs whose provider cannot be asked are only rescheduled.
+
+With thousands of jobs in flight the poller works in groups, not job by job: a round
+takes every job due within :data:`EARLY_S` (or a quarter of the shortest poll interval:
+a job is checked at most that much early, well inside its jitter), a poll that learnt
+nothing writes nothing of the job, and the round hands all its jobs back in one write
+(``release_many``); idle, the loop sleeps until the next job falls due
+(:mod:`gateway.store.due`). So a poll costs the provider call and a share of two writes
+per round (docs/benchmarks.md, bench/inflight.py).
 """
 
 from __future__ import annotations
@@ -24,11 +32,13 @@ from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
 from gateway.store.jobs import JobStore
+from gateway.store.ordering import moves_back, progress_values
 
 __all__ = ["Poller", "provider_ref"]
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0  # a longer Retry-After is read as this; the deadline still applies
+EARLY_S = 1.0  # a round also takes the jobs due within this many seconds (at most)
 
 
 def provider_ref(job: Job) -> ProviderRef:
@@ -53,7 +63,7 @@ class Poller(Loop):
         finalizer: Finalizer,
         notifier: Notifier,
         interval_s: float,
-        batch: int = 32,
+        batch: int = 128,
         clock: Clock = utcnow,
         rng: random.Random | None = None,
     ) -> None:
@@ -64,11 +74,22 @@ class Poller(Loop):
         self._batch = batch
         self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
+        self._releases: dict[str, datetime | None] = {}
 
     async def run_once(self) -> int:
-        jobs = await self._store.claim_fetch(self._batch)
-        await boundary.each(jobs, self._check, self._failed)
+        intervals = [p.adapter.capabilities.fetch_interval_s for p in self._providers.values()]
+        early_s = min([EARLY_S, *(i / 4 for i in intervals)])
+        jobs = await self._store.claim_fetch(self._batch, early_s)
+        self._releases = releases = {}
+        try:
+            await boundary.each(jobs, self._check, self._failed)
+        finally:  # a failed write leaves the leases to expire: the jobs are polled again
+            await self._store.release_many(releases)
         return len(jobs)
+
+    def _release(self, job: Job, next_attempt_at: datetime | None) -> None:
+        """Hand ``job`` back, due at ``next_attempt_at``, with the round's other jobs."""
+        self._releases[job.id] = next_attempt_at
 
     async def _failed(self, job: Job, exc: BaseException, verdict: boundary.Verdict) -> None:
         """One job's check raised (:mod:`gateway.boundary`): release it with a backoff
@@ -84,39 +105,39 @@ class Poller(Loop):
     async def _check(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
         if provider is None:
-            await self._store.release(job.id, next_attempt_at=self._next(job, None))
+            self._release(job, self._next(job, None))
             return
         if not provider.adapter.capabilities.fetch:  # cannot be polled: wait for its webhook
-            await self._store.release(job.id, next_attempt_at=None)
+            self._release(job, None)
             return
         try:
             snapshot = await provider.adapter.fetch(provider_ref(job))
         except CapabilityMissing:
-            await self._store.release(job.id, next_attempt_at=None)
+            self._release(job, None)
             return
         except UpstreamRetryable as exc:  # 429, 5xx, rate limit: Retry-After honoured
             log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
-            await self._store.release(
-                job.id, next_attempt_at=self._next(job, provider, exc.retry_after_s)
-            )
+            self._release(job, self._next(job, provider, exc.retry_after_s))
             return
         except CutoverError as exc:
             log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
-            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            self._release(job, self._next(job, provider))
             return
         if snapshot.provider_job_id != job.provider_job_id:
             log.warning("fetch_for_another_job", extra={"job_id": job.id, "provider": job.provider})
-            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            self._release(job, self._next(job, provider))
             return
         if snapshot.lost and not await self._lost_for_good(job, provider, snapshot):
             return
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return
-        updated = await self._store.apply_progress(job.id, self._finalizer.progress(job, snapshot))
-        if updated is not None:
-            self._notifier.job_changed(job.id, updated)
-        await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+        progress = self._finalizer.progress(job, snapshot)
+        if not moves_back(job, progress) and progress_values(job, progress, self._clock()):
+            updated = await self._store.apply_progress(job.id, progress)  # news: written
+            if updated is not None:
+                self._notifier.job_changed(job.id, updated)
+        self._release(job, self._next(job, provider))
 
     async def _lost_for_good(
         self, job: Job, provider: Provider, snapshot: ProviderSnapshot
@@ -128,7 +149,7 @@ class Poller(Loop):
         was found missing (``Capabilities.lost_grace_s``); the job is checked again later.
         """
         if await self._store.has_unprocessed_events(job.id):
-            await self._store.release(job.id, next_attempt_at=self._next(job, provider))
+            self._release(job, self._next(job, provider))
             return False
         if snapshot.provider_restarted:
             return True  # its webhooks died with it: nothing can still arrive
@@ -137,7 +158,7 @@ class Poller(Loop):
         now = self._clock()
         if now >= until:
             return True
-        await self._store.release(job.id, next_attempt_at=min(until, self._next(job, provider)))
+        self._release(job, min(until, self._next(job, provider)))
         return False
 
     def _next(

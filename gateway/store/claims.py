@@ -7,8 +7,8 @@ lease (:mod:`gateway.store.lease`), a release says when the job is due again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -149,15 +149,16 @@ class Claims(lease.Leasing):
         rows = await conn.execute(query)
         return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
 
-    async def claim_fetch(self, limit: int) -> list[Job]:
-        """Lease up to ``limit`` submitted, active jobs whose next check is due."""
+    async def claim_fetch(self, limit: int, early_s: float = 0.0) -> list[Job]:
+        """Lease up to ``limit`` submitted, active jobs whose next check is due, or due
+        within ``early_s`` seconds (so a poller takes its jobs in groups, not one by one)."""
         now = self._clock()
         due = (
             sa.select(jobs.c.id)
             .where(
                 jobs.c.state.in_(_ACTIVE),
                 jobs.c.submitted_at.is_not(None),
-                jobs.c.next_attempt_at <= now,
+                jobs.c.next_attempt_at <= now + timedelta(seconds=early_s),
                 lease.unleased(jobs, now),
             )
             .order_by(jobs.c.next_attempt_at)
@@ -257,6 +258,17 @@ class Claims(lease.Leasing):
                     updated_at=self._clock(),
                 )
             )
+
+    async def release_many(self, due: Mapping[str, datetime | None]) -> None:
+        """:meth:`release` of several jobs (id -> due again) in one transaction; the
+        prediction did not change, so ``updated_at`` is left alone."""
+        mine = (jobs.c.id == sa.bindparam("b_id"), jobs.c.lease_owner == self._owner)
+        active = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in _ACTIVE))
+        statement = jobs.update().where(*mine, active).values(  # no IN: executemany
+            lease_owner=None, leased_until=None, next_attempt_at=sa.bindparam("b_due"))
+        if due:
+            async with self._engine.begin() as conn:
+                await conn.execute(statement, [{"b_id": i, "b_due": t} for i, t in due.items()])
 
     async def defer(self, job_id: str, *, next_attempt_at: datetime, raw_status: str) -> None:
         """The provider was busy: keep the job ``queued`` and try again later."""

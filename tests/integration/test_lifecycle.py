@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
@@ -157,3 +160,39 @@ async def test_metrics_count_predictions_submits_webhooks_and_outcomes(gateway: 
     assert 'cutover_provider_submits_total{outcome="accepted",provider="fake"} 1.0' in text
     assert 'cutover_provider_webhooks_total{outcome="stored",provider="fake"} 1.0' in text
     assert 'cutover_predictions_finished_total{provider="fake",state="completed"} 1.0' in text
+
+
+async def test_polls_that_learn_nothing_write_nothing_but_the_round_s_release(make_gateway):
+    """Many jobs in flight (bench/inflight.py): the poller takes the due ones together,
+    writes nothing of a job whose poll brought no news, and hands them back in one write."""
+    gateway = await make_gateway(providers={"fake": {"kind": "fake", "max_concurrency": 5}})
+    ids = [(await gateway.create({"version": VERSION, "input": {"prompt": f"{i}"}}))["id"]
+           for i in range(5)]
+    await gateway.settle()
+
+    async def rows() -> dict[str, Any]:
+        async with gateway.store.engine.connect() as conn:
+            found = await conn.execute(sa.select(jobs).where(jobs.c.id.in_(ids)))
+            return {row.id: row for row in found}
+
+    async def due_now(*job_ids: str) -> None:
+        past = (await rows())[ids[0]].created_at
+        async with gateway.store.engine.begin() as conn:
+            await conn.execute(
+                jobs.update().where(jobs.c.id.in_(job_ids)).values(next_attempt_at=past)
+            )
+
+    await due_now(*ids)
+    before = await rows()
+    poller = next(loop for loop in gateway.app[LOOPS] if loop.name == "poller")
+    assert await poller.run_once() == 5
+    assert sorted(gateway.fake.fetch_calls) == sorted(f"fake-{i}" for i in ids)
+    for job_id, new in (await rows()).items():
+        old = before[job_id]
+        assert (new.updated_at, new.state, new.lease_owner) == (old.updated_at, "queued", None)
+        assert new.next_attempt_at > old.next_attempt_at  # released, due later
+    gateway.fake.set_state(ids[0], JobState.RUNNING, logs="news\n")
+    await due_now(ids[0])
+    assert await poller.run_once() == 1
+    moved = await gateway.store.get(ids[0])
+    assert moved.state is JobState.RUNNING and moved.logs == "news\n"
