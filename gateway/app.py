@@ -24,7 +24,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway import assembly
-from gateway.clock import utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
 from gateway.files import FileService
@@ -54,7 +54,6 @@ from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter, file_hosts
 from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
-from gateway.retention import Retention
 from gateway.routing import Router
 from gateway.store import db, secrets
 from gateway.store.deadletters import DeadLetterRows
@@ -84,13 +83,17 @@ SHUTDOWN_GRACE_S = 5.0
 SIGNING_SECRET_NAME = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
 
-def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application:
+def create_app(
+    settings: Settings, *, run_loops: bool = True, clock: Clock = SYSTEM_CLOCK
+) -> web.Application:
     """The gateway application for ``settings`` (no I/O until it starts).
 
     ``run_loops=False`` leaves the background loops unstarted; tests then drive them
-    with ``run_once()`` (they are under ``app[LOOPS]``). ``app[WEBHOOK_POLICY]`` (the
-    SSRF guard for webhook targets, checked at create and at delivery) may be replaced
-    before the app starts, e.g. with a stub resolver.
+    with ``run_once()`` (they are under ``app[LOOPS]``). ``clock`` is the only source of
+    time for everything the app builds (:mod:`gateway.clock`): tests move it instead of
+    rewriting rows. ``app[WEBHOOK_POLICY]`` (the SSRF guard for webhook targets, checked
+    at create and at delivery) may be replaced before the app starts, e.g. with a stub
+    resolver. Settings stop here: everything below takes plain arguments.
     """
     gw = settings.gateway
     metrics = Metrics()
@@ -102,12 +105,13 @@ def create_app(settings: Settings, *, run_loops: bool = True) -> web.Application
     if settings.limits.enabled:
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
-        limiter = Limiter(per_minute, burst_s=limits.burst_s)
+        limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
         middlewares.append(access.limit_middleware(limiter, metrics))
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=middlewares)
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
-    app[keys.STARTED_AT] = utcnow()
+    app[keys.CLOCK] = clock
+    app[keys.STARTED_AT] = clock.now()
     app[keys.NOTIFIER] = Notifier()
     app[keys.METRICS] = metrics
     app[keys.ROUTER] = Router(settings.routes)
@@ -170,14 +174,16 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine
-        app[keys.SIGNING_SECRET] = await signing_secret(engine, settings)
-        app[keys.DEAD_LETTERS] = DeadLetters(DeadLetterRows(engine))
+        app[keys.SIGNING_SECRET] = await signing_secret(engine, settings, app[keys.CLOCK])
+        app[keys.DEAD_LETTERS] = DeadLetters(DeadLetterRows(engine, clock=app[keys.CLOCK]))
         yield
     finally:
         await engine.dispose()
 
 
-async def signing_secret(engine: db.Engine, settings: Settings) -> str:
+async def signing_secret(
+    engine: db.Engine, settings: Settings, clock: Clock = SYSTEM_CLOCK
+) -> str:
     """The ``whsec_`` key outbound webhooks are signed with.
 
     The configured ``[webhooks] signing_secret`` wins; otherwise one is generated once
@@ -185,7 +191,9 @@ async def signing_secret(engine: db.Engine, settings: Settings) -> str:
     """
     if settings.webhooks.signing_secret is not None:
         return settings.webhooks.signing_secret.get_secret_value()
-    return await secrets.get_or_create(engine, SIGNING_SECRET_NAME, signing.generate_secret)
+    return await secrets.get_or_create(
+        engine, SIGNING_SECRET_NAME, signing.generate_secret, clock=clock
+    )
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
@@ -206,7 +214,7 @@ _FINALIZER = web.AppKey("finalizer", Finalizer)
 
 async def _services(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
-    gw = settings.gateway
+    gw, clock = settings.gateway, app[keys.CLOCK]
     owner = f"{socket.gethostname()}:{os.getpid()}:{id(app):x}"
     store = JobStore(
         app[_ENGINE],
@@ -217,10 +225,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         ),
         owner=owner,
         lease_s=gw.lease_s,
+        clock=clock,
     )
     app[keys.STORE] = store
     app[OWNER] = owner
-    app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s)
+    app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s, clock=clock)
     await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)
     reader = JobReader(store)
     async with contextlib.AsyncExitStack() as stack:
@@ -251,6 +260,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             schemas=app[keys.SCHEMAS],
             stream_secret=app[keys.SIGNING_SECRET],
             keep_finished_bodies=settings.retention.data_retention_s is None,
+            clock=clock,
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),
@@ -261,12 +271,14 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             ttl_s=settings.files.ttl_s,
             max_bytes=settings.files.max_bytes,
             download_ttl_s=settings.files.download_ttl_s,
+            clock=clock,
         )
         app[keys.INTAKE] = Intake(
             store=store,
             events=app[_EVENTS],
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
+            clock=clock,
         )
         yield
 
@@ -290,6 +302,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         "finalizer": app[_FINALIZER],
         "notifier": app[keys.NOTIFIER],
         "interval_s": gw.loop_interval_s,
+        "clock": app[keys.CLOCK],
     }
     base = gw.webhook_base_url
     backoff = retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s)
@@ -312,7 +325,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         ),
         _delivery(app),
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
-        _retention(app),
+        assembly.retention_loop(app, RetentionStore(app[_ENGINE])),
         *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
     ]
     _schedule(app, loops)
@@ -340,26 +353,12 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
         loop.next_due = next_due.get(loop.name)
 
 
-def _retention(app: web.Application) -> Retention:
-    conf = app[keys.SETTINGS].retention
-    return Retention(
-        store=RetentionStore(app[_ENGINE]),
-        files=app[files.FILES],
-        storage=app[keys.STORAGE],
-        notifier=app[keys.NOTIFIER],
-        outbox_age_s=conf.outbox_age_s,
-        events_age_s=conf.provider_events_age_s,
-        data_retention_s=conf.data_retention_s,
-        batch=conf.batch,
-        interval_s=conf.interval_s,
-    )
-
-
 def _delivery(app: web.Application) -> delivery.Delivery:
     settings = app[keys.SETTINGS]
     hooks = settings.webhooks
     queue = DeliveryQueue(
-        app[_ENGINE], owner=app[OWNER], lease_s=settings.gateway.lease_s + hooks.timeout_s
+        app[_ENGINE], owner=app[OWNER], lease_s=settings.gateway.lease_s + hooks.timeout_s,
+        clock=app[keys.CLOCK],
     )
     return delivery.Delivery(
         queue=queue,
@@ -375,6 +374,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         max_per_host=hooks.max_per_host,
         interval_s=settings.gateway.loop_interval_s,
         metrics=app[keys.METRICS],
+        clock=app[keys.CLOCK],
     )
 
 

@@ -12,11 +12,15 @@ from gateway import routewiring
 from gateway.config import Settings
 from gateway.outputs import OutputCopier
 from gateway.providers import Provider
+from gateway.retention import Retention
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
+from gateway.store.retention import RetentionStore
 from gateway.uploads import Uploads
 
-__all__ = ["api_tokens", "open_routes", "schema_fetcher", "storage_for", "uploads"]
+__all__ = [
+    "api_tokens", "open_routes", "retention_loop", "schema_fetcher", "storage_for", "uploads",
+]
 
 
 def api_tokens(settings: Settings) -> dict[str, str]:
@@ -79,12 +83,27 @@ def schema_fetcher(
     return fetch
 
 
+def retention_loop(app: Any, store: RetentionStore) -> Retention:
+    """The retention loop of ``[retention]`` (docs/retention.md) over ``store``."""
+    from gateway.http import files, keys  # the keys name this module's own types
+
+    conf = app[keys.SETTINGS].retention
+    return Retention(
+        store=store, files=app[files.FILES], storage=app[keys.STORAGE],
+        notifier=app[keys.NOTIFIER], outbox_age_s=conf.outbox_age_s,
+        events_age_s=conf.provider_events_age_s, data_retention_s=conf.data_retention_s,
+        batch=conf.batch, interval_s=conf.interval_s, clock=app[keys.CLOCK],
+    )
+
+
 async def open_routes(app: Any, engine: Any) -> None:
     """Routes as data and shadows (docs/canary.md): seed, load, and keep the services
     under ``keys.ROUTES`` of ``app``."""
     from gateway.http import keys  # the keys name this module's own types
 
+    settings = app[keys.SETTINGS]
     app[keys.ROUTES] = await routewiring.open_routes(
-        app[keys.SETTINGS], engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS],
-        app[keys.STORAGE],
+        engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS], app[keys.STORAGE],
+        providers=list(settings.providers), public_url=settings.gateway.public_url,
+        poll_interval_s=settings.gateway.route_poll_interval_s, clock=app[keys.CLOCK],
     )

@@ -34,7 +34,7 @@ from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected, Upstr
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
 from gateway import boundary, fairness
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.finalizer import Finalizer
 from gateway.inputs import InputStager
@@ -74,7 +74,7 @@ class Dispatcher(Loop):
         callback_base_url: str,
         backoff: retry.Backoff,
         interval_s: float,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
         resolve_input: Callable[[Any], Any] | None = None,
@@ -82,7 +82,7 @@ class Dispatcher(Loop):
         max_attempts: int = 8,
         shadow_gate: ShadowGate | None = None,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._metrics = metrics
         self._stager = stager
         self._last_served: dict[str, float] = {}
@@ -94,7 +94,6 @@ class Dispatcher(Loop):
         self._finalizer = finalizer
         self._callback_base_url = callback_base_url
         self._backoff = backoff
-        self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
         self._max_attempts = max_attempts
         self._shadow_gate = shadow_gate
@@ -129,7 +128,8 @@ class Dispatcher(Loop):
         context = {"job_id": job.id, "provider": job.provider, "error": boundary.describe(exc)}
         log.warning("dispatch_item_failed", extra={**context, "verdict": verdict.value})
         delay = self._backoff.delay_s(job.attempts + 1, self._rng)
-        await self._store.release(job.id, next_attempt_at=self._clock() + timedelta(seconds=delay))
+        due = self._clock.now() + timedelta(seconds=delay)
+        await self._store.release(job.id, next_attempt_at=due)
 
     async def _submit(self, provider: Provider, job: Job) -> None:
         webhook_url = None
@@ -199,7 +199,7 @@ class Dispatcher(Loop):
     async def _accepted(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
     ) -> None:
-        next_check = provider.first_check_at(self._clock())
+        next_check = provider.first_check_at(self._clock.now())
         first = self._finalizer.progress(job, snapshot)
         # The provider acted: record it through a blip in the store rather than submit twice.
         updated = await boundary.retry_store(
@@ -243,5 +243,5 @@ class Dispatcher(Loop):
         if retry_after_s is not None:  # the provider's own wait, up to 300 s
             delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
         await self._store.defer(
-            job.id, next_attempt_at=self._clock() + timedelta(seconds=delay), raw_status=why
+            job.id, next_attempt_at=self._clock.now() + timedelta(seconds=delay), raw_status=why
         )

@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 from contracts.errors import NotFound
 from gateway import ids
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.http import wire
 from gateway.storage import Storage
 from gateway.store.files import FileRecord, FileStore
@@ -54,7 +54,7 @@ class FileService:
         ttl_s: float,
         max_bytes: int,
         download_ttl_s: float = 3600.0,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
         self._storage = storage
@@ -84,7 +84,7 @@ class FileService:
         written = await self._storage.put_stream(
             key, chunks, content_type=content_type, max_bytes=self.max_bytes
         )
-        now = self._clock()
+        now = self._clock.now()
         return FileRecord(
             id=file_id, owner="", name=name or safe_name(name), content_type=content_type,
             size_bytes=written.size_bytes, sha256=written.sha256, md5=written.md5,
@@ -108,14 +108,14 @@ class FileService:
     async def get(self, file_id: str, owner: str) -> FileRecord:
         """The caller's unexpired file; ``NotFound`` otherwise."""
         found = await self._store.get(file_id, owner) if _is_id(file_id) else None
-        if found is None or found.expires_at <= self._clock():
+        if found is None or found.expires_at <= self._clock.now():
             raise NotFound(f"file {file_id!r} does not exist")
         return found
 
     async def page(self, owner: str, before: tuple[datetime, str] | None, limit: int) -> list[
         FileRecord
     ]:
-        now = self._clock()
+        now = self._clock.now()
         return [f for f in await self._store.page(owner, before, limit) if f.expires_at > now]
 
     async def delete(self, file_id: str, owner: str) -> None:
@@ -128,7 +128,7 @@ class FileService:
     async def prune(self, limit: int = 500) -> int:
         """Delete up to ``limit`` expired files (rows and bytes); how many went."""
         gone = 0
-        for record in await self._store.expired(self._clock(), limit):
+        for record in await self._store.expired(self._clock.now(), limit):
             if await self._store.delete(record.id) is not None:
                 await self._storage.delete(record.storage_key)
                 gone += 1
@@ -157,7 +157,7 @@ class FileService:
 
     def download_url(self, file_id: str, base_url: str | None = None) -> str:
         """A URL that serves the file's bytes without a token until it expires."""
-        expiry = int(self._clock().timestamp() + self._download_ttl_s)
+        expiry = int(self._clock.now().timestamp() + self._download_ttl_s)
         query = urlencode({"expiry": expiry, "signature": self._signature(file_id, expiry)})
         return f"{base_url or self._public_url}/file-downloads/{file_id}?{query}"
 
@@ -170,10 +170,10 @@ class FileService:
         valid = _is_id(file_id) and hmac.compare_digest(
             self._signature(file_id, when), signature
         )
-        if not valid or when < self._clock().timestamp():
+        if not valid or when < self._clock.now().timestamp():
             raise NotFound(f"file {file_id!r} does not exist")
         found = await self._store.get_any(file_id)
-        if found is None or found.expires_at <= self._clock():
+        if found is None or found.expires_at <= self._clock.now():
             raise NotFound(f"file {file_id!r} does not exist")
         return found
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from gateway import guard
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
@@ -59,16 +59,15 @@ class Guard(Loop):
         pair_stats: PairStatsSource | None = None,
         refresh: Callable[[], Awaitable[None]] | None = None,
         reload: Callable[[], Awaitable[object]] | None = None,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._book = book
         self._router = router
         self._metrics = metrics
         self._pair_stats = pair_stats
         self._refresh = refresh
         self._reload = reload
-        self._clock = clock
 
     async def run_once(self) -> int:
         """Judge every route once; the number of rollbacks made comes back (usually 0)."""
@@ -81,7 +80,7 @@ class Guard(Loop):
 
     async def _judge(self, key: str, spec: RouteSpec) -> int:
         window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        since = max(self._clock() - timedelta(seconds=window_s), await self._changed_at(key))
+        since = max(self._clock.now() - timedelta(seconds=window_s), await self._changed_at(key))
         control, candidate = await arm_stats(self._book, key, since)
         self._publish(key, spec, control, candidate)
         if spec.guard is None or spec.canary_percent <= 0 or not spec.candidate:
@@ -96,7 +95,7 @@ class Guard(Loop):
 
     async def _changed_at(self, key: str) -> datetime:
         entries = await self._book.history(key, limit=1)
-        return entries[0].at if entries else datetime.min.replace(tzinfo=self._clock().tzinfo)
+        return entries[0].at if entries else datetime.min.replace(tzinfo=self._clock.now().tzinfo)
 
     async def _roll_back(self, key: str, spec: RouteSpec, breach: guard.Breach) -> int:
         entry = await self._book.change(

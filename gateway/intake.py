@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from contracts.errors import WebhookVerificationError
 from gateway import boundary
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
@@ -48,7 +48,7 @@ class Intake:
         events: ProviderEvents,
         providers: dict[str, Provider],
         notifier: Notifier,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
         self._events = events
@@ -105,7 +105,7 @@ class Intake:
             return False
         self._notifier.wake(EventProcessor.name)
         interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
-        await self._store.postpone_check(job_id, self._clock() + interval)
+        await self._store.postpone_check(job_id, self._clock.now() + interval)
         return True
 
 
@@ -134,10 +134,10 @@ class EventProcessor(Loop):
         backoff: retry.Backoff | None = None,
         max_attempts: int = 8,
         batch: int = 64,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._store = store
         self._events = events
         self._providers = providers
@@ -146,7 +146,6 @@ class EventProcessor(Loop):
         self._max_attempts = max_attempts
         self._attempts: dict[int, int] = {}
         self._batch = batch
-        self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
     async def run_once(self) -> int:
@@ -182,7 +181,7 @@ class EventProcessor(Loop):
             return True
         self._attempts[event.id] = attempt
         log.warning("provider_event_retry", extra=context)
-        until = self._clock() + timedelta(seconds=self._backoff.delay_s(attempt, self._rng))
+        until = self._clock.now() + timedelta(seconds=self._backoff.delay_s(attempt, self._rng))
         for waiting in [event, *later]:  # the job's later events keep their order
             await self._events.release(waiting.id, until=until)
         return False
@@ -223,7 +222,7 @@ class EventProcessor(Loop):
             # to ``running``, it was in no loop's queue and never ended.
             updated = await self._store.mark_submitted(
                 job.id, snapshot.provider_job_id, progress,
-                provider.first_check_at(self._clock()),
+                provider.first_check_at(self._clock.now()),
             )
         else:
             updated = await self._store.apply_progress(job.id, progress)

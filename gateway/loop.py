@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from gateway.boundary import Outage
-from gateway.clock import utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.notify import LoopName, Notifier
 
 __all__ = ["MAX_IDLE_S", "Loop", "sleep_until"]
@@ -51,8 +51,11 @@ class Loop(ABC):
     #: None: the loop has no such query and sleeps ``interval_s`` between rounds.
     next_due: Callable[[datetime], Awaitable[datetime | None]] | None = None
 
-    def __init__(self, *, notifier: Notifier, interval_s: float) -> None:
+    def __init__(
+        self, *, notifier: Notifier, interval_s: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._notifier = notifier
+        self._clock = clock
         self._interval_s = interval_s
         self._stopping = asyncio.Event()
         self._outage = Outage(self.name, interval_s)
@@ -65,7 +68,7 @@ class Loop(ABC):
         """Seconds to sleep after a round that found nothing to do (unless woken)."""
         if self.next_due is None:
             return self._interval_s
-        now = utcnow()
+        now = self._clock.now()
         due = await self.next_due(now)
         return sleep_until(due, now, interval_s=self._interval_s, max_idle_s=self.max_idle_s)
 

@@ -26,7 +26,7 @@ from contracts.errors import CapabilityMissing, CutoverError, UpstreamRetryable
 from contracts.job import Job
 from contracts.snapshot import ProviderRef, ProviderSnapshot
 from gateway import boundary
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
@@ -64,15 +64,14 @@ class Poller(Loop):
         notifier: Notifier,
         interval_s: float,
         batch: int = 128,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._store = store
         self._providers = providers
         self._finalizer = finalizer
         self._batch = batch
-        self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
         self._releases: dict[str, datetime | None] = {}
 
@@ -99,7 +98,7 @@ class Poller(Loop):
         log.warning("fetch_item_failed", extra={**context, "verdict": verdict.value})
         due = self._next(job, provider)
         if verdict is boundary.Verdict.RETRY:
-            due = self._clock() + timedelta(seconds=self._rng.uniform(0, self._interval_s * 4))
+            due = self._clock.now() + timedelta(seconds=self._rng.uniform(0, self._interval_s * 4))
         await self._store.release(job.id, next_attempt_at=due)
 
     async def _check(self, job: Job) -> None:
@@ -133,7 +132,7 @@ class Poller(Loop):
             await self._finalizer.finalize(job, snapshot)
             return
         progress = self._finalizer.progress(job, snapshot)
-        if not moves_back(job, progress) and progress_values(job, progress, self._clock()):
+        if not moves_back(job, progress) and progress_values(job, progress, self._clock.now()):
             updated = await self._store.apply_progress(job.id, progress)  # news: written
             if updated is not None:
                 self._notifier.job_changed(job.id, updated)
@@ -155,7 +154,7 @@ class Poller(Loop):
             return True  # its webhooks died with it: nothing can still arrive
         lost_at = job.lost_at or await self._store.mark_lost(job.id)
         until = lost_at + timedelta(seconds=provider.adapter.capabilities.lost_grace_s)
-        now = self._clock()
+        now = self._clock.now()
         if now >= until:
             return True
         self._release(job, min(until, self._next(job, provider)))
@@ -164,7 +163,7 @@ class Poller(Loop):
     def _next(
         self, job: Job, provider: Provider | None, retry_after_s: float | None = None
     ) -> datetime:
-        now = self._clock()
+        now = self._clock.now()
         if provider is None:
             return now + timedelta(seconds=60)
         caps = provider.adapter.capabilities

@@ -25,7 +25,7 @@ from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
 from gateway import ids, shadowgate, validation
 from gateway.bodies import FinishedBodies
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.http import wire
 from gateway.notify import LoopName, Notifier
 from gateway.route import HIDDEN_ARMS
@@ -156,7 +156,7 @@ class PredictionService:
         schemas: validation.Schemas | None = None,
         stream_secret: str = "",
         keep_finished_bodies: bool = True,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
         self._reader = reader or JobReader(store)
@@ -211,7 +211,7 @@ class PredictionService:
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
             await self._policy.check_url(webhook)
-        now = self._clock()
+        now = self._clock.now()
         deadline = (
             now + timedelta(seconds=options.cancel_after_s) if options.cancel_after_s else None
         )
@@ -251,9 +251,9 @@ class PredictionService:
         in another process; changes made here arrive with the job itself. Many waiting
         requests cost one batched query per watcher round, not one query each.
         """
-        deadline = self._clock() + timedelta(seconds=wait_s)
+        deadline = self._clock.now() + timedelta(seconds=wait_s)
         while not job.state.terminal:
-            left = (deadline - self._clock()).total_seconds()
+            left = (deadline - self._clock.now()).total_seconds()
             if left <= 0:
                 break
             woken, changed = await self._notifier.wait_job(job.id, left)

@@ -9,9 +9,9 @@ The clock is injected, so tests need no sleeps.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from gateway.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Limiter", "TokenBucket"]
 
@@ -43,15 +43,15 @@ class Limiter:
         Requests a minute for each kind (``{"create": 600, "other": 3000}``).
     burst_s : float
         The bucket holds this many seconds' worth of requests (at least one).
-    clock : callable
-        Monotonic seconds.
+    clock : Clock
+        Its ``monotonic()`` seconds refill the buckets.
     """
 
     def __init__(
         self,
         per_minute: dict[str, float],
         burst_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._per_s = {kind: rate / 60.0 for kind, rate in per_minute.items()}
         self._burst_s = burst_s
@@ -61,7 +61,7 @@ class Limiter:
     def check(self, token_name: str, kind: str) -> int:
         """0 when the request may go on, else whole seconds until it may (>= 1)."""
         rate = self._per_s[kind]
-        now = self._clock()
+        now = self._clock.monotonic()
         bucket = self._buckets.get((token_name, kind))
         if bucket is None:
             capacity = max(1.0, rate * self._burst_s)

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from contracts.errors import CutoverError
 from contracts.job import Job, JobState
 from gateway import boundary
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.http.wire import timestamp
 from gateway.loop import Loop
@@ -61,9 +61,9 @@ class Reaper(Loop):
         cancel_resend_s: float = 2.0,
         interval_s: float,
         batch: int = 64,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._store = store
         self._providers = providers
         self._finalizer = finalizer
@@ -71,7 +71,6 @@ class Reaper(Loop):
         self._resend = timedelta(seconds=cancel_resend_s)
         self._lifetime = timedelta(seconds=max_job_lifetime_s)
         self._batch = batch
-        self._clock = clock
         # Job id -> (failed asks, when the last one was made): in this process only, so
         # a restart asks more often, never less.
         self._asks: dict[str, tuple[int, datetime]] = {}
@@ -79,7 +78,7 @@ class Reaper(Loop):
     async def run_once(self) -> int:
         unsubmitted = await self._store.unsubmitted_to_cancel(self._batch)
         await boundary.each(unsubmitted, self._end_unsubmitted, self._failed)
-        now = self._clock()
+        now = self._clock.now()
         cancels = await self._store.claim_cancels(now - self._resend, self._batch)
         await boundary.each(cancels, self._send_cancel, self._failed)
         overdue = await self._store.overdue(
@@ -127,7 +126,7 @@ class Reaper(Loop):
     async def _expire(self, job: Job) -> None:
         if await self._settled_by_provider(job):
             return
-        now = self._clock()
+        now = self._clock.now()
         if job.cancel_requested_at is not None:
             await self._finalizer.finish_here(job, JobState.CANCELED, None)
             return
@@ -170,7 +169,7 @@ class Reaper(Loop):
             snapshot = await provider.adapter.fetch(provider_ref(job))
         except CutoverError as exc:
             log.warning("expire_fetch_failed", extra={"job_id": job.id, "error": exc.detail})
-            now = self._clock()
+            now = self._clock.now()
             failed = self._asks.get(job.id, (0, now))[0] + 1
             self._asks[job.id] = (failed, now)
             since = job.cancel_requested_at or job.deadline or job.created_at

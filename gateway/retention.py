@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files import FileService
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
@@ -43,9 +43,9 @@ class Retention(Loop):
         data_retention_s: float | None,
         batch: int,
         interval_s: float,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._store = store
         self._files = files
         self._storage = storage
@@ -53,10 +53,9 @@ class Retention(Loop):
         self._events_age = timedelta(seconds=events_age_s)
         self._data_age = None if data_retention_s is None else timedelta(seconds=data_retention_s)
         self._batch = batch
-        self._clock = clock
 
     async def run_once(self) -> int:
-        now = self._clock()
+        now = self._clock.now()
         counts = {
             "outbox_rows": await self._store.prune_outbox(now - self._outbox_age, self._batch),
             "provider_events": await self._store.prune_events(

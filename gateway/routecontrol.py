@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from contracts.errors import ContractViolation, NotFound
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats
 from gateway.route import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
@@ -65,7 +65,7 @@ class RouteControl:
         *,
         routes: Collection[str],
         providers: Collection[str],
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._book = book
         self._routes = list(routes)
@@ -133,7 +133,7 @@ class RouteControl:
         """Route ``key``: its spec, per-arm numbers over the guard window, its changes."""
         spec = await self._book.get(self._known(key))
         window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        since = self._clock() - timedelta(seconds=window_s)
+        since = self._clock.now() - timedelta(seconds=window_s)
         control, candidate = await arm_stats(self._book, key, since)
         arms = {"control": {"provider": spec.provider, **asdict(control)}}
         if spec.candidate:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
@@ -37,8 +37,9 @@ class RouteSync(Loop):
         notifier: Notifier,
         interval_s: float,
         metrics: Metrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._book = book
         self._router = router
         self._metrics = metrics
@@ -47,7 +48,7 @@ class RouteSync(Loop):
     async def refresh_if_stale(self) -> None:
         """:meth:`run_once` when the last check is ``interval_s`` old (called on the create
         path and by the guard, so a change is picked up without a loop of its own)."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._checked >= self._interval_s:
             self._checked = now
             await self.run_once()

@@ -8,9 +8,10 @@ shadow comparisons, and the dispatcher's shadow gate.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from gateway.config import Settings
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.guardloop import Guard
 from gateway.loop import Loop
 from gateway.metrics import Metrics
@@ -40,6 +41,7 @@ class RouteServices:
     router: Router
     notifier: Notifier
     metrics: Metrics
+    clock: Clock = SYSTEM_CLOCK
 
     def shadow_gate(self) -> ShadowGate:
         """The dispatcher's shadow budget check."""
@@ -50,33 +52,43 @@ class RouteServices:
         guard = Guard(book=self.book, router=self.router, notifier=self.notifier,
                       interval_s=guard_interval_s, metrics=self.metrics,
                       pair_stats=self.pairs.pair_stats, refresh=self.sync.refresh_if_stale,
-                      reload=self.sync.reload)
+                      reload=self.sync.reload, clock=self.clock)
         return [guard]
 
 
 async def open_routes(
-    settings: Settings,
     engine: Engine,
     router: Router,
     notifier: Notifier,
     metrics: Metrics,
     storage: Storage,
+    *,
+    providers: Collection[str],
+    public_url: str,
+    poll_interval_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RouteServices:
-    """Seed the store from the file, load the live specs, and build the services."""
-    book = RouteBook(engine)
-    shadows = ShadowStore(engine)
+    """Seed the store from the file, load the live specs, and build the services.
+
+    ``providers`` are the configured provider names (a route change naming another is
+    refused), ``public_url`` the gateway's, ``poll_interval_s`` how often the route
+    version is read (``[gateway] route_poll_interval_s``).
+    """
+    book = RouteBook(engine, clock=clock)
+    shadows = ShadowStore(engine, clock=clock)
     sync = RouteSync(book=book, router=router, notifier=notifier,
-                     interval_s=settings.gateway.route_poll_interval_s, metrics=metrics)
+                     interval_s=poll_interval_s, metrics=metrics, clock=clock)
     await seed(book, router)
     await sync.reload()
     router.refresh_with(sync.refresh_if_stale)
     return RouteServices(
         book=book,
-        control=RouteControl(book, routes=router.keys, providers=settings.providers),
+        control=RouteControl(book, routes=router.keys, providers=providers, clock=clock),
         sync=sync,
         shadows=shadows,
-        pairs=ShadowComparisons(shadows, storage, public_url=settings.gateway.public_url),
+        pairs=ShadowComparisons(shadows, storage, public_url=public_url),
         router=router,
         notifier=notifier,
         metrics=metrics,
+        clock=clock,
     )

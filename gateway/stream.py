@@ -21,12 +21,12 @@ import hashlib
 import hmac
 import json
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.job import Job, JobState
+from gateway.clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
     "KEEPALIVE",
@@ -145,23 +145,25 @@ async def follow(
     read: Callable[[str], Awaitable[Job]],
     poll_s: float = 1.0,
     keepalive_s: float = 15.0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[bytes]:
     """The stream of ``job`` from ``cursor``: frames until ``done``, keepalives between.
 
     ``wait`` is :meth:`gateway.notify.Notifier.wait_job` (a change made in this process
     arrives at once, with the job); without a wake-up the store is read (``read``) every
-    ``poll_s`` seconds, which sees changes made by other gateway processes.
+    ``poll_s`` seconds, which sees changes made by other gateway processes. A keepalive
+    goes out after ``keepalive_s`` quiet seconds of ``clock.monotonic()``.
     """
-    quiet_since = time.monotonic()
+    quiet_since = clock.monotonic()
     while True:
         events, cursor = pending(job, cursor)
         if events:
             yield b"".join(event.frame() for event in events)
-            quiet_since = time.monotonic()
+            quiet_since = clock.monotonic()
         if job.state.terminal:
             return
         woken, changed = await wait(job.id, poll_s)
         job = changed if woken and changed is not None else await read(job.id)
-        if time.monotonic() - quiet_since >= keepalive_s:
+        if clock.monotonic() - quiet_since >= keepalive_s:
             yield KEEPALIVE
-            quiet_since = time.monotonic()
+            quiet_since = clock.monotonic()

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.config import Settings
+from tests.support.clock import MovableClock
 from tests.support.databases import (
     BACKENDS,
     database_url_for,
@@ -73,7 +74,7 @@ async def make_gateway(
     aiohttp_client: Callable[..., Any],
 ) -> Callable[..., Any]:
     async def make(**sections: Any) -> GatewayHarness:
-        app = create_app(make_settings(**sections), run_loops=False)
+        app = create_app(make_settings(**sections), run_loops=False, clock=MovableClock())
         client: TestClient = await aiohttp_client(app)
         return GatewayHarness(app=app, client=client)
 

@@ -33,7 +33,6 @@ from aiohttp import web
 from contracts.auth import bearer_token
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
-from gateway.clock import utcnow
 from gateway.http import keys
 from gateway.http import routes as route_admin
 from gateway.http.middleware import json_response
@@ -110,7 +109,7 @@ async def replay_range(request: web.Request) -> web.Response:
     until_text = body.get("until")
     if until_text is not None and not isinstance(until_text, str):
         raise ContractViolation('"until" must be an ISO 8601 time')
-    until = parse_time(until_text, "until") if until_text else utcnow()
+    until = parse_time(until_text, "until") if until_text else request.config_dict[keys.CLOCK].now()
     ids = await _letters(request).replay_range(since=since, until=until)
     request.config_dict[keys.NOTIFIER].wake(LoopName.DELIVERY)
     return json_response({"replayed": len(ids), "ids": ids})

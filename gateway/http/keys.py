@@ -6,6 +6,7 @@ from datetime import datetime
 
 from aiohttp import web
 
+from gateway.clock import Clock
 from gateway.config import Settings
 from gateway.intake import Intake
 from gateway.metrics import Metrics
@@ -30,6 +31,7 @@ INTAKE = web.AppKey("intake", Intake)
 STORAGE = web.AppKey("storage", Storage)
 SIGNING_SECRET = web.AppKey("signing_secret", str)
 STARTED_AT = web.AppKey("started_at", datetime)
+CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", Metrics)
 DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
 SCHEMAS = web.AppKey("schemas", Schemas)

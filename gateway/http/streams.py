@@ -47,6 +47,7 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
         read=store.get,
         poll_s=settings.stream_poll_s,
         keepalive_s=settings.stream_keepalive_s,
+        clock=request.app[keys.CLOCK],
     )
     async for frame in frames:
         await response.write(frame)

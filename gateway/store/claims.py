@@ -80,7 +80,7 @@ class Claims(lease.Leasing):
         priority, then age) are the candidates (a window function, so a token with
         thousands waiting cannot crowd the others out) and ``order`` picks which go.
         """
-        now = self._clock()
+        now = self._clock.now()
         waiting = [
             jobs.c.provider == provider,
             jobs.c.state.in_(_UNSUBMITTED),
@@ -152,7 +152,7 @@ class Claims(lease.Leasing):
     async def claim_fetch(self, limit: int, early_s: float = 0.0) -> list[Job]:
         """Lease up to ``limit`` submitted, active jobs whose next check is due, or due
         within ``early_s`` seconds (so a poller takes its jobs in groups, not one by one)."""
-        now = self._clock()
+        now = self._clock.now()
         due = (
             sa.select(jobs.c.id)
             .where(
@@ -200,12 +200,12 @@ class Claims(lease.Leasing):
                     jobs.c.state.in_(_ACTIVE),
                     jobs.c.submitted_at.is_not(None),
                 )
-                .values(next_attempt_at=self._clock())
+                .values(next_attempt_at=self._clock.now())
             )
 
     async def mark_lost(self, job_id: str) -> datetime:
         """Record when the provider was first found not to know the job; return that time."""
-        now = self._clock()
+        now = self._clock.now()
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
@@ -255,7 +255,7 @@ class Claims(lease.Leasing):
                     lease_owner=None,
                     leased_until=None,
                     next_attempt_at=next_attempt_at,
-                    updated_at=self._clock(),
+                    updated_at=self._clock.now(),
                 )
             )
 
@@ -283,7 +283,7 @@ class Claims(lease.Leasing):
                     next_attempt_at=next_attempt_at,
                     lease_owner=None,
                     leased_until=None,
-                    updated_at=self._clock(),
+                    updated_at=self._clock.now(),
                 )
             )
 
@@ -296,7 +296,7 @@ class Claims(lease.Leasing):
     async def request_cancel(self, job_id: str) -> Job:
         """Mark a cancel request (idempotent) on the job and its shadows (docs/shadow.md);
         returns the job as it stands."""
-        now = self._clock()
+        now = self._clock.now()
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
@@ -311,7 +311,7 @@ class Claims(lease.Leasing):
 
     async def mark_cancel_sent(self, job_id: str) -> None:
         """Record that the provider was asked to cancel (active jobs only)."""
-        now = self._clock()
+        now = self._clock.now()
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
@@ -322,7 +322,7 @@ class Claims(lease.Leasing):
     async def unsubmitted_to_cancel(self, limit: int) -> list[Job]:
         """Unsubmitted jobs with a cancel request or a passed deadline (not leased), that
         the provider cannot have (:data:`MAYBE_SUBMITTED`)."""
-        now = self._clock()
+        now = self._clock.now()
         query = (
             sa.select(jobs)
             .where(
@@ -346,7 +346,7 @@ class Claims(lease.Leasing):
         that mark is the cancel's lease, so however many processes run, one cancel goes
         out per job per resend interval.
         """
-        now = self._clock()
+        now = self._clock.now()
         due = sa.and_(
             jobs.c.state.in_(_ACTIVE),
             jobs.c.submitted_at.is_not(None),

@@ -23,7 +23,7 @@ import logging
 from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.job import Job
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.records import new_row
 from gateway.store.schema import jobs
@@ -48,7 +48,7 @@ class CreateBatcher:
         Injected time source (``created_at`` when the job has none).
     """
 
-    def __init__(self, store: JobStore, *, clock: Clock = utcnow) -> None:
+    def __init__(self, store: JobStore, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._clock = clock
         self._queue: list[_Queued] = []
@@ -97,7 +97,7 @@ class CreateBatcher:
     async def _insert(self, group: list[tuple[NewJob, NewJob | None]]) -> list[Job]:
         primaries, rows = [], []
         for new, shadow in group:
-            now = new.created_at or self._clock()
+            now = new.created_at or self._clock.now()
             primaries.append(new_row(new, now))
             rows += [primaries[-1], *([new_row(shadow, now)] if shadow is not None else [])]
         async with self._store.engine.begin() as conn:

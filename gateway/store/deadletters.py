@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import deliveries
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
@@ -43,7 +43,7 @@ class DeadLetterRows:
         Injected time source (a revived row is due at "now").
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
 
@@ -91,7 +91,7 @@ class DeadLetterRows:
                 .values(
                     status=DeliveryStatus.PENDING,
                     attempts=0,
-                    next_attempt_at=self._clock(),
+                    next_attempt_at=self._clock.now(),
                     lease_owner=None,
                     leased_until=None,
                 )

@@ -72,7 +72,7 @@ class DeliveryQueue(lease.Leasing):
 
         Returns the leased rows (by id) and how many rows were settled without sending.
         """
-        now = self._clock()
+        now = self._clock.now()
         async with self._engine.begin() as conn:
             # Over-fetch, so rows for hosts at their per-host limit can be passed over.
             picked = (await conn.execute(_due(now, limit * 4))).all()

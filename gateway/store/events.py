@@ -68,7 +68,7 @@ class ProviderEvents(lease.Leasing):
                         provider=provider,
                         event_key=event_key,
                         body=body,
-                        received_at=self._clock(),
+                        received_at=self._clock.now(),
                     )
                 )
         except IntegrityError:
@@ -79,7 +79,7 @@ class ProviderEvents(lease.Leasing):
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
         """Lease up to ``limit`` unprocessed events, oldest first."""
-        now = self._clock()
+        now = self._clock.now()
         pending = (
             sa.select(provider_events.c.id)
             .where(provider_events.c.processed_at.is_(None), lease.unleased(provider_events, now))
@@ -95,7 +95,7 @@ class ProviderEvents(lease.Leasing):
     async def mark_processed(self, event_id: int) -> bool:
         """Record that an event was applied (or refused) and release its lease; only if
         this process still holds the lease. True when it did."""
-        return await self._settle(event_id, processed_at=self._clock(), leased_until=None)
+        return await self._settle(event_id, processed_at=self._clock.now(), leased_until=None)
 
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, NotFound, ServiceUnavailable
 from contracts.job import Job
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
 from gateway.store import errors, ordering, outbox
 from gateway.store.claims import Claims
@@ -69,7 +69,7 @@ class JobStore(Claims):
         planner: outbox.Planner,
         owner: str,
         lease_s: float = 30.0,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
@@ -99,7 +99,7 @@ class JobStore(Claims):
         Conflict
             The key was used for a different request body.
         """
-        now = new.created_at or self._clock()
+        now = new.created_at or self._clock.now()
         rows = [new_row(job, now) for job in (new, shadow) if job is not None]
         try:
             async with self._engine.begin() as conn:
@@ -237,7 +237,7 @@ class JobStore(Claims):
 
     async def record_asset(self, job_id: str, record: AssetRecord) -> None:
         """Record an owned file of ``job_id`` (a staged input), once per key."""
-        row = {**record.__dict__, "job_id": job_id, "created_at": self._clock()}
+        row = {**record.__dict__, "job_id": job_id, "created_at": self._clock.now()}
         with contextlib.suppress(IntegrityError):  # staged before: same key, same bytes
             async with self._engine.begin() as conn:
                 await conn.execute(assets.insert().values(**row))
@@ -252,7 +252,7 @@ class JobStore(Claims):
         Returns None when the job already ended (canceled, or finished by a webhook that
         overtook the submit); its provider job id and submit time are recorded anyway.
         """
-        now = self._clock()
+        now = self._clock.now()
         done = await self._transition(
             job_id,
             progress,
@@ -301,7 +301,7 @@ class JobStore(Claims):
         def decide(old: Job) -> dict[str, Any] | None:
             if old.state.value not in allowed:
                 return None
-            now = self._clock()
+            now = self._clock.now()
             values: dict[str, Any] = dict(extra) if force else {}
             if not moves_back(old, progress):
                 values.update(progress_values(old, progress, now))
@@ -345,7 +345,7 @@ class JobStore(Claims):
                     plan = self._planner.plan(old, new)
                 if also is not None:
                     await also(conn)
-                await self._planner.write(conn, old, new, plan, self._clock())
+                await self._planner.write(conn, old, new, plan, self._clock.now())
                 return new
         raise ServiceUnavailable(f"prediction {job_id} kept changing while it was written")
 
@@ -383,11 +383,11 @@ class JobStore(Claims):
 
     async def _finish(self, job_id: str, outcome: Outcome) -> Job | None:
         def decide(old: Job) -> dict[str, Any] | None:
-            return None if old.state.terminal else outcome_values(old, outcome, self._clock())
+            return None if old.state.terminal else outcome_values(old, outcome, self._clock.now())
 
         async def record_assets(conn: AsyncConnection) -> None:
             if outcome.assets:
-                now = self._clock()
+                now = self._clock.now()
                 await conn.execute(
                     assets.insert(),
                     [{**a.__dict__, "job_id": job_id, "created_at": now} for a in outcome.assets],

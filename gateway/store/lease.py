@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Leasing", "claim", "lease", "unleased"]
 
@@ -37,7 +37,7 @@ class Leasing:
     """
 
     def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = utcnow
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         self._engine = engine
         self._owner = owner

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import ContractViolation, NotFound
 from contracts.job import JobState
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.guard import Sample
 from gateway.route import AuditEntry, RouteSpec, change_problem
 from gateway.store.reader import SqliteReads
@@ -74,7 +74,7 @@ class RouteBook:
         Injected time source.
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
         self._fast = SqliteReads(engine)  # the version poll takes no lock on SQLite
@@ -97,7 +97,7 @@ class RouteBook:
                 await conn.execute(
                     routes.insert().values(
                         key=key, spec=spec.stored(), config_hash=seeded,
-                        changed_live=False, updated_at=self._clock(),
+                        changed_live=False, updated_at=self._clock.now(),
                     )
                 )
                 await self._audit(conn, key, "config", "seed", None, spec, "seeded from config")
@@ -110,7 +110,7 @@ class RouteBook:
             await conn.execute(
                 routes.update()
                 .where(routes.c.key == key)
-                .values(spec=spec.stored(), config_hash=seeded, updated_at=self._clock())
+                .values(spec=spec.stored(), config_hash=seeded, updated_at=self._clock.now())
             )
             await self._audit(
                 conn, key, "config", "config", stored, spec, "the config file changed"
@@ -184,7 +184,7 @@ class RouteBook:
             await conn.execute(
                 routes.update()
                 .where(routes.c.key == key)
-                .values(spec=after.stored(), changed_live=True, updated_at=self._clock())
+                .values(spec=after.stored(), changed_live=True, updated_at=self._clock.now())
             )
             return await self._audit(conn, key, who, action, before, after, reason, evidence)
 
@@ -239,7 +239,7 @@ class RouteBook:
     ) -> AuditEntry:
         values = {
             "route": key,
-            "at": self._clock(),
+            "at": self._clock.now(),
             "who": who[:128],
             "action": action,
             "before": before.stored() if before is not None else None,

@@ -9,14 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.schema import secrets
 
 __all__ = ["get_or_create"]
 
 
 async def get_or_create(
-    engine: AsyncEngine, name: str, generate: Callable[[], str], *, clock: Clock = utcnow
+    engine: AsyncEngine, name: str, generate: Callable[[], str], *, clock: Clock = SYSTEM_CLOCK
 ) -> str:
     """The secret stored under ``name``; the first caller stores ``generate()``.
 
@@ -31,7 +31,7 @@ async def get_or_create(
     with contextlib.suppress(IntegrityError):
         async with engine.begin() as conn:
             await conn.execute(
-                secrets.insert().values(name=name, value=generate(), created_at=clock())
+                secrets.insert().values(name=name, value=generate(), created_at=clock.now())
             )
     async with engine.connect() as conn:
         return str((await conn.execute(query)).scalar_one())

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
 from gateway.store.schema import assets, jobs, shadow_comparisons
 
@@ -75,13 +75,13 @@ def _job(row: Any) -> Job:
 class ShadowStore:
     """Reads of shadow jobs (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utcnow) -> None:
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
 
     async def budget_use(self, route: str) -> tuple[int, int]:
         """``(running, started in the last hour)``: the route's submitted shadows."""
-        hour_ago = self._clock() - timedelta(hours=1)
+        hour_ago = self._clock.now() - timedelta(hours=1)
         shadows = sa.and_(jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS),
                           jobs.c.submitted_at.is_not(None))
         running = sa.select(sa.func.count()).where(shadows, jobs.c.state.in_(_ACTIVE))
@@ -155,7 +155,7 @@ class ShadowStore:
         its first one."""
         if not found:
             return
-        now = self._clock()
+        now = self._clock.now()
         rows = [{"shadow_id": c.shadow_id, "primary_id": c.primary_id, "route": c.route,
                  "kind": c.kind, "created_at": c.created_at, "compared_at": now,
                  "comparison": c.comparison} for c in found]

@@ -40,7 +40,7 @@ import aiohttp
 from yarl import URL
 
 from gateway import boundary
-from gateway.clock import Clock, utcnow
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import WebhookSettings
 from gateway.loop import Loop
 from gateway.metrics import Metrics
@@ -137,11 +137,11 @@ class Delivery(Loop):
         max_concurrency: int,
         interval_s: float,
         max_per_host: int | None = None,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
     ) -> None:
-        super().__init__(notifier=notifier, interval_s=interval_s)
+        super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._metrics = metrics
         self._queue = queue
         self._http = http
@@ -150,7 +150,6 @@ class Delivery(Loop):
         self._max_concurrency = max_concurrency
         self._max_per_host = max_per_host or max_concurrency
         self._busy_hosts: Counter[str] = Counter()
-        self._clock = clock
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
     async def run_once(self) -> int:
@@ -258,11 +257,11 @@ class Delivery(Loop):
     async def attempt(self, row: OutboxRow) -> Decision:
         """POST one leased row, record the outcome, and return the decision."""
         body = row.payload.encode("utf-8")
-        now = self._clock()
+        now = self._clock.now()
         headers = self._signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
         headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
         result = await self._post(row.url, body, headers)
-        ended = self._clock()
+        ended = self._clock.now()
         decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
         recorded = await self._record(row, result, decision, ended)
         _log_outcome(row, result, decision, recorded)

@@ -392,14 +392,11 @@ async def test_cancel_after_is_capped_by_the_maximum_job_lifetime(make_gateway):
 
 
 async def _past_deadline(gateway: GatewayHarness, prediction_id: str) -> None:
-    # Neither create_app nor the loops take an injectable clock, so the deadline is moved
-    # into the past in the database instead of waiting the 5 s minimum of Cancel-After.
-    async with gateway.store.engine.begin() as conn:
-        await conn.execute(
-            jobs.update()
-            .where(jobs.c.id == prediction_id)
-            .values(deadline=utcnow() - timedelta(seconds=1))
-        )
+    """Move the app's clock past the deadline (instead of waiting out the 5 s minimum of
+    Cancel-After)."""
+    deadline = (await gateway.store.get(prediction_id)).deadline
+    assert deadline is not None
+    gateway.clock.advance(deadline - gateway.clock.now() + timedelta(seconds=1))
 
 
 async def test_a_deadline_passed_before_start_cancels_without_submitting(gateway: GatewayHarness):

@@ -15,7 +15,6 @@ import pytest
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef
-from gateway.clock import utcnow
 from tests.support.faults import event_rows, loop_named, wait_until
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import observe, start_job
@@ -115,9 +114,8 @@ async def test_fault_06_an_event_is_marked_processed_only_by_its_lease_holder(
     for name, harness in (("one", one), ("two", two)):
         monkeypatch.setattr(harness.store, "apply_progress", _gated(harness, name, gates, entered))
     later = loop_named(two, "events")
-    events = later._events  # process two's event store: its clock is past one's lease
-    lease = events._lease_length
-    monkeypatch.setattr(events, "_clock", lambda: utcnow() + lease + timedelta(seconds=1))
+    lease = later._events._lease_length
+    two.clock.advance(lease + timedelta(seconds=1))  # process two's time is past one's lease
     first = asyncio.create_task(loop_named(one, "events").run_once())
     await wait_until(lambda: "one" in entered)
     second = asyncio.create_task(later.run_once())

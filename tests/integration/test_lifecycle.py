@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -89,13 +88,8 @@ def loop_named(gateway: GatewayHarness, name: str):  # type: ignore[no-untyped-d
     return next(loop for loop in gateway.app[LOOPS] if loop.name == name)
 
 
-async def make_due(gateway: GatewayHarness, job_id: str, *columns: str) -> None:
-    """Move a job's timers into the past (instead of sleeping through them)."""
-    past = (await gateway.store.get(job_id)).created_at - timedelta(hours=1)
-    async with gateway.store.engine.begin() as conn:
-        await conn.execute(
-            jobs.update().where(jobs.c.id == job_id).values(**dict.fromkeys(columns, past))
-        )
+NEXT_POLL_S = 10.0  # past the fake's next poll (fetch_interval_s 1 s, with jitter)
+NEXT_CANCEL_S = 3.0  # past cancel_resend_s (2 s), short of cancel_grace_s (30 s)
 
 
 async def test_lost_job_waits_out_the_providers_retry_window_for_its_webhook(
@@ -107,7 +101,7 @@ async def test_lost_job_waits_out_the_providers_retry_window_for_its_webhook(
     prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
     await gateway.settle()
     gateway.fake.forget(prediction["id"])  # finished upstream, then forgotten
-    await make_due(gateway, prediction["id"], "next_attempt_at")
+    gateway.clock.advance(NEXT_POLL_S)
     assert await loop_named(gateway, "poller").run_once() == 1
     job = await gateway.store.get(prediction["id"])
     assert job.state is JobState.QUEUED and job.lost_at is not None
@@ -120,7 +114,7 @@ async def test_lost_job_fails_once_the_retry_window_has_passed(gateway: GatewayH
     prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
     await gateway.settle()
     gateway.fake.forget(prediction["id"])
-    await make_due(gateway, prediction["id"], "next_attempt_at")
+    gateway.clock.advance(NEXT_POLL_S)
     done = await gateway.wait_for(prediction["id"], "failed")
     assert "does not know" in done["error"]
 
@@ -137,12 +131,12 @@ async def test_cancel_is_sent_again_until_the_provider_reports_the_end(gateway: 
     await reaper.run_once()  # not due again yet
     provider_id = gateway.fake.provider_job_id(prediction["id"])
     assert gateway.fake.cancel_calls == [provider_id]
-    await make_due(gateway, prediction["id"], "cancel_sent_at")
+    gateway.clock.advance(NEXT_CANCEL_S)
     await reaper.run_once()
     assert gateway.fake.cancel_calls == [provider_id, provider_id]
     assert await gateway.deliver(prediction["id"], JobState.CANCELED) == 200
     await gateway.wait_for(prediction["id"], "canceled")
-    await make_due(gateway, prediction["id"], "cancel_sent_at")
+    gateway.clock.advance(NEXT_CANCEL_S)
     await reaper.run_once()
     assert gateway.fake.cancel_calls == [provider_id, provider_id]
 

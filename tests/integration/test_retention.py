@@ -19,7 +19,8 @@ from gateway.store.schema import outbox, provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 
 
-def retention(gateway: GatewayHarness, *, data_s: float | None, clock: Any) -> Retention:
+def retention(gateway: GatewayHarness, *, data_s: float | None) -> Retention:
+    """A retention loop with a small batch, on the app's clock."""
     from gateway.http import keys
 
     return Retention(
@@ -32,7 +33,7 @@ def retention(gateway: GatewayHarness, *, data_s: float | None, clock: Any) -> R
         data_retention_s=data_s,
         batch=2,
         interval_s=60,
-        clock=clock,
+        clock=gateway.clock,
     )
 
 
@@ -55,8 +56,8 @@ async def test_data_retention_removes_data_and_files(make_gateway: Any) -> None:
     assert (await gateway.get(done["id"]))["output"] == done["output"]  # served twice
     asset = done["output"].removeprefix("https://gateway.test")
     assert (await gateway.client.get(asset)).status == 200
-    later = utcnow() + timedelta(hours=2)
-    loop = retention(gateway, data_s=3600, clock=lambda: later)
+    gateway.clock.advance(timedelta(hours=2))
+    loop = retention(gateway, data_s=3600)
     assert await loop.run_once() >= 1
     after = await gateway.get(done["id"])
     assert after["data_removed"] is True
@@ -67,8 +68,8 @@ async def test_data_retention_removes_data_and_files(make_gateway: Any) -> None:
 
 async def test_without_data_retention_data_stays(gateway: GatewayHarness) -> None:
     done = await finished_with_file(gateway)
-    later = utcnow() + timedelta(days=30)
-    await retention(gateway, data_s=None, clock=lambda: later).run_once()
+    gateway.clock.advance(timedelta(days=30))
+    await retention(gateway, data_s=None).run_once()
     assert (await gateway.get(done["id"]))["output"] == done["output"]
 
 
@@ -88,8 +89,8 @@ async def test_old_events_and_delivered_webhooks_are_pruned_in_bounded_rounds(
         ])
     events_before = await count(gateway, provider_events)
     assert events_before >= 3
-    later = now + timedelta(hours=2)
-    loop = retention(gateway, data_s=None, clock=lambda: later)
+    gateway.clock.advance(timedelta(hours=2))
+    loop = retention(gateway, data_s=None)
     assert await loop.run_once() == 4  # two of each: rounds are bounded by `batch`
     assert await count(gateway, outbox) == 1
     await loop.run_once()
@@ -103,8 +104,7 @@ async def test_expired_uploads_are_deleted(make_gateway: Any) -> None:
     form.add_field("content", b"bytes", filename="a.bin")
     made = await (await gateway.client.post("/v1/files", data=form, headers=gateway.headers)).json()
     files: FileService = gateway.app[FILES]
-    later = utcnow() + timedelta(seconds=5)
-    files._clock = lambda: later  # type: ignore[method-assign]
+    gateway.clock.advance(5)
     assert await files.prune() == 1
     assert await files.prune() == 0
     assert made["id"]

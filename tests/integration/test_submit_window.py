@@ -39,9 +39,8 @@ async def _crash_after_the_provider_accepted(
 
 
 async def _lease_runs_out(gateway: GatewayHarness, job_id: str) -> None:
-    past = datetime.now(UTC) - timedelta(seconds=1)
-    async with gateway.store.engine.begin() as conn:
-        await conn.execute(jobs.update().where(jobs.c.id == job_id).values(leased_until=past))
+    """The dead process's lease on ``job_id`` runs out: the app's clock moves past it."""
+    gateway.clock.advance(gateway.store._lease_length + timedelta(seconds=1))
 
 
 async def _raw_status(gateway: GatewayHarness, job_id: str) -> str | None:

@@ -19,6 +19,7 @@ from contracts.job import JobState
 from gateway.app import LOOPS
 from gateway.http import keys
 from gateway.store.jobs import JobStore
+from tests.support.clock import MovableClock
 
 __all__ = ["TOKEN", "VERSION", "GatewayHarness", "settings_dict"]
 
@@ -68,6 +69,14 @@ class GatewayHarness:
         adapter = self.app[keys.PROVIDERS]["fake"].adapter
         assert isinstance(adapter, FakeAdapter)
         return adapter
+
+    @property
+    def clock(self) -> MovableClock:
+        """The app's clock (``create_app(..., clock=MovableClock())``): move it with
+        ``advance`` instead of rewriting timestamps in rows."""
+        clock = self.app[keys.CLOCK]
+        assert isinstance(clock, MovableClock), "create the app with clock=MovableClock()"
+        return clock
 
     @property
     def store(self) -> JobStore:
