@@ -51,7 +51,7 @@ from gateway.notify import LoopName, Notifier
 from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
-from gateway.providers import Provider, build_adapter, file_hosts
+from gateway.providers import Provider, build_adapter, credential
 from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
 from gateway.routing import Router
@@ -181,9 +181,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         await engine.dispose()
 
 
-async def signing_secret(
-    engine: db.Engine, settings: Settings, clock: Clock = SYSTEM_CLOCK
-) -> str:
+async def signing_secret(engine: db.Engine, settings: Settings, clock: Clock) -> str:
     """The ``whsec_`` key outbound webhooks are signed with.
 
     The configured ``[webhooks] signing_secret`` wins; otherwise one is generated once
@@ -198,7 +196,9 @@ async def signing_secret(
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
     providers = {
-        name: Provider(name, build_adapter(name, conf), conf.max_concurrency)
+        name: Provider(name, build_adapter(
+            name, conf.kind, token=credential(conf.token_env), **conf.adapter_options()
+        ), conf.max_concurrency)
         for name, conf in app[keys.SETTINGS].providers.items()
     }
     app[keys.PROVIDERS] = providers
@@ -247,7 +247,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             store=store,
             copier=copier,
             notifier=app[keys.NOTIFIER],
-            file_hosts={name: file_hosts(p) for name, p in settings.providers.items()},
+            file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS],
         )
         app[keys.PREDICTIONS] = PredictionService(

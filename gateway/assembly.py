@@ -11,7 +11,7 @@ from contracts.errors import ConfigurationError, CutoverError
 from gateway import routewiring
 from gateway.config import Settings
 from gateway.outputs import OutputCopier
-from gateway.providers import Provider
+from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
@@ -19,7 +19,8 @@ from gateway.store.retention import RetentionStore
 from gateway.uploads import Uploads
 
 __all__ = [
-    "api_tokens", "open_routes", "retention_loop", "schema_fetcher", "storage_for", "uploads",
+    "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
+    "storage_for", "uploads",
 ]
 
 
@@ -29,6 +30,14 @@ def api_tokens(settings: Settings) -> dict[str, str]:
     tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
     tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
     return tokens
+
+
+def output_file_hosts(settings: Settings) -> dict[str, list[str]]:
+    """Provider name -> the hosts whose URLs in its outputs are files to copy."""
+    return {
+        name: file_hosts(conf.kind, conf.base_url, conf.file_hosts)
+        for name, conf in settings.providers.items()
+    }
 
 
 def storage_for(settings: Settings) -> Storage:

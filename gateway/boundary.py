@@ -29,10 +29,13 @@ from typing import TypeVar
 from contracts.errors import CutoverError, ServiceUnavailable, UpstreamRetryable
 from gateway.store import errors as store_errors
 
-__all__ = ["Outage", "Verdict", "each", "retry_store", "verdict"]
+__all__ = ["MAX_ATTEMPTS", "Outage", "Verdict", "each", "retry_store", "verdict"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+MAX_ATTEMPTS = 8
+"""Tries of one item (a submit, a provider event) before it ends (docs/lifecycle.md)."""
 
 
 class Verdict(enum.StrEnum):

@@ -153,7 +153,8 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [[routes]] configured: every create would be 404")
     if not settings.gateway.api_tokens:
         problems.append("no [gateway] api_tokens: every API request would be 401")
-    problems.extend(providers.missing_credentials(settings, os.environ))
+    token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
+    problems.extend(providers.missing_credentials(token_envs, os.environ))
     return problems
 
 

@@ -228,6 +228,23 @@ class ProviderSettings(_Section):
     stream: bool = True
     jwks_url: str | None = None
 
+    def adapter_options(self) -> dict[str, Any]:
+        """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
+        (plain values; the credential is read from ``token_env`` by the caller)."""
+        auth = self.webhook_auth_token
+        return {
+            "base_url": self.base_url,
+            "webhook_auth_token": auth.get_secret_value() if auth else None,
+            "request_timeout_s": self.request_timeout_s,
+            "fetch_interval_s": self.fetch_interval_s,
+            "fetch_max_interval_s": self.fetch_max_interval_s,
+            "lost_grace_s": self.lost_grace_s,
+            "rate_limit_per_s": self.rate_limit_per_s,
+            "api": self.api,
+            "stream": self.stream,
+            "jwks_url": self.jwks_url,
+        }
+
     @model_validator(mode="after")
     def _needs_url(self) -> ProviderSettings:
         if self.kind == "cog" and not self.base_url:

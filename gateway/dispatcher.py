@@ -79,7 +79,7 @@ class Dispatcher(Loop):
         metrics: Metrics | None = None,
         resolve_input: Callable[[Any], Any] | None = None,
         stager: InputStager | None = None,
-        max_attempts: int = 8,
+        max_attempts: int = boundary.MAX_ATTEMPTS,
         shadow_gate: ShadowGate | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)

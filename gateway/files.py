@@ -53,7 +53,7 @@ class FileService:
         secret: str,
         ttl_s: float,
         max_bytes: int,
-        download_ttl_s: float = 3600.0,
+        download_ttl_s: float,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store

@@ -132,7 +132,7 @@ class EventProcessor(Loop):
         notifier: Notifier,
         interval_s: float,
         backoff: retry.Backoff | None = None,
-        max_attempts: int = 8,
+        max_attempts: int = boundary.MAX_ATTEMPTS,
         batch: int = 64,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,

@@ -143,7 +143,7 @@ class OutputCopier:
         public_url: str,
         max_output_bytes: int,
         allowed_types: list[str],
-        download_timeout_s: float = 60.0,
+        download_timeout_s: float,
         recorded: Callable[[str], Awaitable[Collection[str]]] | None = None,
     ) -> None:
         self._storage = storage

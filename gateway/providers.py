@@ -8,7 +8,7 @@ the environment variable named by ``token_env``, read here, once, when the app s
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,9 +16,8 @@ from urllib.parse import urlsplit
 
 from adapters.port import Adapter
 from contracts.errors import ConfigurationError
-from gateway.config import ProviderSettings, Settings
 
-__all__ = ["Provider", "build_adapter", "file_hosts", "missing_credentials"]
+__all__ = ["Provider", "build_adapter", "credential", "file_hosts", "missing_credentials"]
 
 #: Where each hosted provider serves output files by default (copied at completion).
 DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
@@ -43,109 +42,107 @@ class Provider:
         return now + timedelta(seconds=caps.fetch_interval_s) if caps.fetch else None
 
 
-def missing_credentials(settings: Settings, environ: Mapping[str, str]) -> list[str]:
-    """``"NAME needs $VAR"`` for every provider whose ``token_env`` is unset or empty."""
+def credential(token_env: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The credential in the environment variable ``token_env`` (``environ``, default
+    ``os.environ``); None when no variable is named or it is unset or empty."""
+    env = os.environ if environ is None else environ
+    return (env.get(token_env) or None) if token_env else None
+
+
+def missing_credentials(
+    token_envs: Mapping[str, str | None], environ: Mapping[str, str]
+) -> list[str]:
+    """``"NAME needs $VAR"`` for every provider (name -> ``token_env``) whose variable is
+    unset or empty."""
     return [
-        f"provider {name!r} needs its credential in ${conf.token_env} (token_env), which is "
+        f"provider {name!r} needs its credential in ${token_env} (token_env), which is "
         "not set"
-        for name, conf in settings.providers.items()
-        if conf.token_env and not environ.get(conf.token_env)
+        for name, token_env in token_envs.items()
+        if token_env and not environ.get(token_env)
     ]
 
 
-def file_hosts(conf: ProviderSettings) -> list[str]:
-    """The hosts whose URLs in outputs are files to copy: configured, else the
-    provider's own file hosts (and, for ``replicate``, the host of its ``base_url``)."""
-    if conf.file_hosts:
-        return list(conf.file_hosts)
-    hosts = list(DEFAULT_FILE_HOSTS.get(conf.kind, ()))
-    if conf.kind == "replicate" and conf.base_url:
-        hosts.append(urlsplit(conf.base_url).hostname or "")
+def file_hosts(kind: str, base_url: str = "", configured: Sequence[str] = ()) -> list[str]:
+    """The hosts whose URLs in outputs are files to copy: ``configured``, else the
+    provider kind's own file hosts (and, for ``replicate``, the host of its ``base_url``)."""
+    if configured:
+        return list(configured)
+    hosts = list(DEFAULT_FILE_HOSTS.get(kind, ()))
+    if kind == "replicate" and base_url:
+        hosts.append(urlsplit(base_url).hostname or "")
     return [h for h in hosts if h]
 
 
 def build_adapter(
-    name: str, settings: ProviderSettings, environ: Mapping[str, str] | None = None
+    name: str,
+    kind: str,
+    *,
+    base_url: str = "",
+    token: str | None = None,
+    webhook_auth_token: str | None = None,
+    request_timeout_s: float | None = None,
+    fetch_interval_s: float | None = None,
+    fetch_max_interval_s: float | None = None,
+    lost_grace_s: float | None = None,
+    rate_limit_per_s: float | None = None,
+    api: str | None = None,
+    stream: bool | None = None,
+    jwks_url: str | None = None,
 ) -> Adapter:
-    """The adapter for ``settings.kind`` (no I/O: clients are opened lazily).
+    """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
-    ``environ`` (default ``os.environ``) supplies the ``token_env`` credential.
+    The arguments are ``[providers.NAME]``'s (docs/providers.md), ``token`` the
+    credential itself (:func:`credential`). None (or ``""``) leaves the adapter's own
+    default: nothing here restates one.
 
     Raises
     ------
     ConfigurationError
         For a kind this build does not know.
     """
-    env = os.environ if environ is None else environ
-    common = _common(settings)
-    token = env.get(settings.token_env) or None if settings.token_env else None
-    if settings.kind == "cog":
+    options = _given(
+        request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
+        fetch_max_interval_s=fetch_max_interval_s,
+    )
+    if kind == "cog":
         from adapters.cog import CogAdapter
 
-        auth = settings.webhook_auth_token
-        if settings.lost_grace_s is not None:
-            common["lost_grace_s"] = settings.lost_grace_s
         return CogAdapter(
-            name=name, base_url=settings.base_url, request_timeout_s=settings.request_timeout_s,
-            webhook_auth_token=auth.get_secret_value() if auth else None, **common,
+            name=name, base_url=base_url, webhook_auth_token=webhook_auth_token,
+            **options, **_given(lost_grace_s=lost_grace_s),
         )
-    if settings.kind == "fake" and settings.base_url:
+    if kind == "fake" and base_url:
         from adapters.remote_fake import RemoteFakeAdapter
 
-        auth = settings.webhook_auth_token
-        return RemoteFakeAdapter(
-            name=name,
-            base_url=settings.base_url,
-            secret=auth.get_secret_value() if auth else "fake-secret",
-            request_timeout_s=settings.request_timeout_s,
-            **common,
-        )
-    if settings.kind == "fake":
+        secret = webhook_auth_token or "fake-secret"
+        return RemoteFakeAdapter(name=name, base_url=base_url, secret=secret, **options)
+    if kind == "fake":
         from adapters.fake import FakeAdapter
 
-        return FakeAdapter(name=name, **common)
-    hosted = _hosted(name, settings, token, common)
-    if hosted is None:
-        raise ConfigurationError(f"provider {name!r} has unknown kind {settings.kind!r}")
-    return hosted
-
-
-def _common(settings: ProviderSettings) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if settings.fetch_interval_s:
-        extra["fetch_interval_s"] = settings.fetch_interval_s
-    if settings.fetch_max_interval_s:
-        extra["fetch_max_interval_s"] = settings.fetch_max_interval_s
-    return extra
-
-
-def _hosted(
-    name: str, settings: ProviderSettings, token: str | None, common: dict[str, Any]
-) -> Adapter | None:
-    kwargs: dict[str, Any] = {
-        "name": name, "token": token, "request_timeout_s": settings.request_timeout_s,
-        "rate_limit_per_s": settings.rate_limit_per_s, **common,
-    }
-    if settings.base_url:
-        kwargs["base_url"] = settings.base_url
-    if settings.kind == "fal":
+        options.pop("request_timeout_s", None)
+        return FakeAdapter(name=name, **options)
+    hosted = _given(base_url=base_url or None, rate_limit_per_s=rate_limit_per_s)
+    if kind == "fal":
         from adapters.fal import FalAdapter
 
-        if settings.jwks_url:
-            kwargs["jwks_url"] = settings.jwks_url
-        return FalAdapter(**kwargs)
-    if settings.kind == "runpod":
+        return FalAdapter(name=name, token=token, **options, **hosted,
+                          **_given(jwks_url=jwks_url))
+    if kind == "runpod":
         from adapters.runpod import RunPodAdapter
 
-        return RunPodAdapter(**kwargs)
-    if settings.kind == "openai":
+        return RunPodAdapter(name=name, token=token, **options, **hosted)
+    if kind == "openai":
         from adapters.openai import OpenAIAdapter
 
-        if settings.lost_grace_s is not None:
-            kwargs["lost_grace_s"] = settings.lost_grace_s
-        return OpenAIAdapter(api=settings.api, stream=settings.stream, **kwargs)
-    if settings.kind == "replicate":
+        extra = _given(lost_grace_s=lost_grace_s, api=api, stream=stream)
+        return OpenAIAdapter(name=name, token=token, **options, **hosted, **extra)
+    if kind == "replicate":
         from adapters.replicate import ReplicateAdapter
 
-        return ReplicateAdapter(**kwargs)
-    return None
+        return ReplicateAdapter(name=name, token=token, **options, **hosted)
+    raise ConfigurationError(f"provider {name!r} has unknown kind {kind!r}")
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (not None)."""
+    return {key: value for key, value in values.items() if value is not None}

@@ -58,7 +58,7 @@ class Reaper(Loop):
         notifier: Notifier,
         cancel_grace_s: float,
         max_job_lifetime_s: float,
-        cancel_resend_s: float = 2.0,
+        cancel_resend_s: float,
         interval_s: float,
         batch: int = 64,
         clock: Clock = SYSTEM_CLOCK,

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from contracts.times import parse_time
+from gateway import assembly
 from gateway.config import Settings
 from gateway.routecontrol import RouteControl
 from gateway.routesync import seed
 from gateway.routing import Router
 from gateway.shadowpairs import ShadowComparisons
-from gateway.storage import open_storage
 from gateway.store import db
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
@@ -81,7 +81,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         control = RouteControl(book, routes=router.keys, providers=settings.providers)
         if args.command == "shadow":
             pairs = ShadowComparisons(
-                ShadowStore(engine), open_storage(settings.gateway.storage_url),
+                ShadowStore(engine), assembly.storage_for(settings),
                 public_url=settings.gateway.public_url,
             )
             return await _report(control, pairs, args)

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from gateway.storage.base import MIN_PART_BYTES, PART_SIZE_BYTES
+
 __all__ = [
     "AdminSettings",
     "AdminToken",
@@ -37,7 +39,7 @@ class StorageSettings(_Section):
     region: str | None = None
     access_key_id: SecretStr | None = None
     secret_access_key: SecretStr | None = None
-    part_size_bytes: int = Field(default=8 * 1024 * 1024, ge=5 * 1024 * 1024)
+    part_size_bytes: int = Field(default=PART_SIZE_BYTES, ge=MIN_PART_BYTES)
     delivery: Literal["gateway", "presigned"] = "gateway"
     presigned_url_ttl_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600)
 

@@ -143,8 +143,8 @@ async def follow(
     *,
     wait: Callable[[str, float], Awaitable[tuple[bool, Job | None]]],
     read: Callable[[str], Awaitable[Job]],
-    poll_s: float = 1.0,
-    keepalive_s: float = 15.0,
+    poll_s: float,
+    keepalive_s: float,
     clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[bytes]:
     """The stream of ``job`` from ``cursor``: frames until ``done``, keepalives between.

@@ -10,7 +10,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from contracts.errors import ConfigurationError
-from gateway.storage.base import INCOMING, Storage, StorageTooLarge, StoredObject, Written
+from gateway.storage.base import (
+    INCOMING,
+    PART_SIZE_BYTES,
+    Storage,
+    StorageTooLarge,
+    StoredObject,
+    Written,
+)
 from gateway.storage.local import LocalStorage
 
 __all__ = [
@@ -40,7 +47,7 @@ def open_storage(
     region: str | None = None,
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
-    part_size_bytes: int = 8 * 1024 * 1024,
+    part_size_bytes: int = PART_SIZE_BYTES,
 ) -> Storage:
     """The storage named by ``storage_url`` (no I/O until first use).
 

@@ -33,6 +33,11 @@ CHUNK_BYTES = 1 << 16
 INCOMING = ".incoming"  # files being downloaded (local spool), never an asset key
 
 
+PART_SIZE_BYTES = 8 * 1024 * 1024
+"""Default size of one S3 multipart upload part (``[storage] part_size_bytes``)."""
+MIN_PART_BYTES = 5 * 1024 * 1024
+"""S3's smallest part (every part but the last)."""
+
 class StorageTooLarge(CutoverError):
     """A streamed object passed the caller's ``max_bytes``; nothing was kept."""
 

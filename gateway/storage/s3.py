@@ -24,11 +24,18 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contracts.errors import ServiceUnavailable
-from gateway.storage.base import CHUNK_BYTES, Digest, StoredObject, Written, check_key
+from gateway.storage.base import (
+    CHUNK_BYTES,
+    MIN_PART_BYTES,
+    PART_SIZE_BYTES,
+    Digest,
+    StoredObject,
+    Written,
+    check_key,
+)
 
 __all__ = ["MIN_PART_BYTES", "S3Storage"]
 
-MIN_PART_BYTES = 5 * 1024 * 1024
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
@@ -57,7 +64,7 @@ class S3Storage:
         region: str | None = None,
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
-        part_size_bytes: int = 8 * 1024 * 1024,
+        part_size_bytes: int = PART_SIZE_BYTES,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")

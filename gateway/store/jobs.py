@@ -68,7 +68,7 @@ class JobStore(Claims):
         *,
         planner: outbox.Planner,
         owner: str,
-        lease_s: float = 30.0,
+        lease_s: float,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)

@@ -150,7 +150,7 @@ class Planner:
         The key of ``urls.stream`` tokens (payloads equal what GET returns).
     """
 
-    def __init__(self, *, base_url: str, throttle_s: float = 0.5, stream_secret: str = "") -> None:
+    def __init__(self, *, base_url: str, throttle_s: float, stream_secret: str = "") -> None:
         self._base_url = base_url
         self._stream_secret = stream_secret
         self._throttle = timedelta(seconds=throttle_s)

@@ -56,8 +56,13 @@ def settings(tmp_path: Path, text: str = CONFIG) -> Settings:
 def test_every_kind_parses_and_builds_its_adapter(tmp_path: Path):
     made = settings(tmp_path)
     env = {"IT_FAL_KEY": "k", "IT_RUNPOD_KEY": "k", "IT_R8_TOKEN": "k"}
-    kinds = {name: type(providers.build_adapter(name, conf, env))
-             for name, conf in made.providers.items()}
+    kinds = {
+        name: type(providers.build_adapter(
+            name, conf.kind, token=providers.credential(conf.token_env, env),
+            **conf.adapter_options(),
+        ))
+        for name, conf in made.providers.items()
+    }
     assert kinds == {"fal": FalAdapter, "rp": RunPodAdapter, "llm": OpenAIAdapter,
                      "r8": ReplicateAdapter}
     assert made.routes[0].target == "fal-ai/fast-sdxl"
@@ -89,6 +94,7 @@ def test_bad_provider_values_are_refused(tmp_path: Path, bad: str):
 
 def test_default_file_hosts_cover_each_providers_cdn(tmp_path: Path):
     made = settings(tmp_path).providers
-    assert "*.fal.media" in providers.file_hosts(made["fal"])
-    assert "replicate.delivery" in providers.file_hosts(made["r8"])
-    assert providers.file_hosts(made["rp"]) == []
+    hosts = {n: providers.file_hosts(p.kind, p.base_url, p.file_hosts) for n, p in made.items()}
+    assert "*.fal.media" in hosts["fal"]
+    assert "replicate.delivery" in hosts["r8"]
+    assert hosts["rp"] == []
