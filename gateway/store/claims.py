@@ -260,15 +260,8 @@ class Claims(lease.Leasing):
             )
 
     async def release_many(self, due: Mapping[str, datetime | None]) -> None:
-        """:meth:`release` of several jobs (id -> due again) in one transaction; the
-        prediction did not change, so ``updated_at`` is left alone."""
-        mine = (jobs.c.id == sa.bindparam("b_id"), jobs.c.lease_owner == self._owner)
-        active = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in _ACTIVE))
-        statement = jobs.update().where(*mine, active).values(  # no IN: executemany
-            lease_owner=None, leased_until=None, next_attempt_at=sa.bindparam("b_due"))
-        if due:
-            async with self._engine.begin() as conn:
-                await conn.execute(statement, [{"b_id": i, "b_due": t} for i, t in due.items()])
+        """:meth:`release` of several jobs (id -> due again) in one write."""
+        await lease.release_rows(self, jobs, due, states=_ACTIVE)
 
     async def defer(self, job_id: str, *, next_attempt_at: datetime, raw_status: str) -> None:
         """The provider was busy: keep the job ``queued`` and try again later."""

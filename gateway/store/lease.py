@@ -9,7 +9,7 @@ other by; on SQLite the claim's ``BEGIN IMMEDIATE`` transaction serialises write
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["Leasing", "claim", "lease", "unleased"]
+__all__ = ["Leasing", "claim", "lease", "release_rows", "unleased"]
 
 
 class Leasing:
@@ -83,3 +83,22 @@ async def claim(
     ``values`` too)."""
     ids = list((await conn.execute(due.with_for_update(skip_locked=True))).scalars())
     return await lease(conn, table, ids, owner=owner, until=until, **values)
+
+
+async def release_rows(
+    store: Leasing, table: sa.Table, due: Mapping[Any, datetime | None], *, states: Sequence[str]
+) -> None:
+    """Drop ``store``'s leases of several rows (id -> ``next_attempt_at``) of ``table`` still
+    in one of ``states``, in one transaction (an executemany). ``updated_at`` is left alone:
+    handing a row back changes nothing it holds (the poller's unchanged polls)."""
+    if not due:
+        return
+    # No IN (...) of bound values: executemany cannot expand them, so the states are inlined.
+    in_state = sa.or_(*(table.c.state == sa.literal_column(f"'{s}'") for s in states))
+    statement = (
+        table.update()
+        .where(table.c.id == sa.bindparam("b_id"), table.c.lease_owner == store._owner, in_state)
+        .values(lease_owner=None, leased_until=None, next_attempt_at=sa.bindparam("b_due"))
+    )
+    async with store._engine.begin() as conn:
+        await conn.execute(statement, [{"b_id": i, "b_due": t} for i, t in due.items()])
