@@ -17,12 +17,12 @@ import copy
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
-
-from jsonschema import Draft202012Validator, ValidationError, validators
-from jsonschema.exceptions import SchemaError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contracts.errors import ConfigurationError, ContractViolation
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 __all__ = ["PROVIDER_SCHEMA", "InputInvalid", "InputValidator", "Schemas", "load_schema"]
 
@@ -80,6 +80,10 @@ class InputValidator:
             declared["additionalProperties"] = False  # unknown fields are refused
         self._properties = set(declared.get("properties", {}))
         root = {"$ref": "#/components/schemas/Input", "components": {"schemas": schemas}}
+        # jsonschema loads only when a route has a schema (it is slow to import: start-up)
+        from jsonschema import Draft202012Validator, validators
+        from jsonschema.exceptions import SchemaError
+
         cls = validators.validator_for(declared, default=Draft202012Validator)
         try:
             cls.check_schema(declared)
