@@ -1,8 +1,8 @@
 # cutover: everyday commands. Every target builds .venv first when it is missing or older
 # than pyproject.toml, so a fresh clone needs only `python3` (3.11+) and `make`.
 #
-#   make test    ruff, import-linter, pytest (PYTEST_ARGS="-k foo -x" to narrow it)
-#   make lint    ruff and import-linter only
+#   make test    ruff, import-linter, mypy, pytest (PYTEST_ARGS="-k foo -x" to narrow it)
+#   make lint    ruff, import-linter and mypy only
 #   make soak    500 predictions under injected faults, both backends (minutes)
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
 #   make demo-migration  a route moved between two real Cog servers: shadow, report,
@@ -47,6 +47,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	@echo "== import-linter"
 	$(BIN)/lint-imports
+	@echo "== mypy (contracts, adapters, gateway)"
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	@echo "== pytest"

@@ -186,7 +186,7 @@ class Driver:
                 version=VERSION, input=body["input"], webhook=body["webhook"], **extra
             )
         finally:  # one client per create: its lazily built httpx client is not thread-safe
-            http = client._Client__client
+            http = getattr(client, "_Client__client", None)  # the client's private httpx one
             if http is not None:
                 http.close()
         return str(prediction.id)

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -45,7 +45,7 @@ from gateway.http.admin import create_admin_app
 from gateway.http.middleware import auth_middleware, problem_middleware
 from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
-from gateway.loop import Loop
+from gateway.loop import Loop, NextDue
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.outputs import OutputCopier
@@ -336,7 +336,7 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
     """Let each loop sleep until its next work falls due (:mod:`gateway.store.due`)."""
     gw = app[keys.SETTINGS].gateway
     due = Due(app[_ENGINE])
-    next_due = {
+    next_due: dict[LoopName, NextDue] = {
         LoopName.DISPATCHER: due.dispatch,
         LoopName.POLLER: due.fetch,
         LoopName.EVENTS: due.events,
@@ -378,7 +378,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
     )
 
 
-def _loops(run: bool):  # type: ignore[no-untyped-def]
+def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:
     async def loops(app: web.Application) -> AsyncIterator[None]:
         app[LOOPS] = build_loops(app)
         tasks = [asyncio.create_task(loop.run(), name=loop.name) for loop in app[LOOPS] if run]

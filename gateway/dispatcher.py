@@ -24,6 +24,7 @@ every process) inside its own transaction, so ``max_concurrency`` holds across p
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -108,9 +109,7 @@ class Dispatcher(Loop):
                 claimed, dropped = await self._shadow_gate.split(claimed)
                 for job in dropped:
                     await self._finalizer.finish_here(job, JobState.CANCELED, DROPPED)
-            await boundary.each(
-                claimed, lambda job, p=provider: self._submit(p, job), self._failed
-            )
+            await boundary.each(claimed, functools.partial(self._submit, provider), self._failed)
             handled += len(claimed)
         return handled
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
@@ -86,7 +87,7 @@ class Finalizer:
         return await self._record(job, Outcome(state=state, raw_status="gateway", error=error))
 
     async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
-        base = {
+        base: dict[str, Any] = {
             "raw_status": snapshot.raw_status,
             "logs": snapshot.logs,
             "metrics": snapshot.metrics,

@@ -21,7 +21,7 @@ from gateway.boundary import Outage
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.notify import LoopName, Notifier
 
-__all__ = ["MAX_IDLE_S", "Loop", "sleep_until"]
+__all__ = ["MAX_IDLE_S", "Loop", "NextDue", "sleep_until"]
 
 MAX_IDLE_S = 10.0
 
@@ -42,6 +42,10 @@ def sleep_until(due: datetime | None, now: datetime, *, interval_s: float, max_i
     return min(left, max_idle_s)
 
 
+NextDue = Callable[[datetime], Awaitable[datetime | None]]
+"""When a loop's next work falls due, given "now" (None: nothing is scheduled)."""
+
+
 class Loop(ABC):
     """A background loop named ``name`` that the notifier can wake."""
 
@@ -49,7 +53,7 @@ class Loop(ABC):
     max_idle_s: float = MAX_IDLE_S
     #: When this loop's next work falls due (:mod:`gateway.store.due`), given "now";
     #: None: the loop has no such query and sleeps ``interval_s`` between rounds.
-    next_due: Callable[[datetime], Awaitable[datetime | None]] | None = None
+    next_due: NextDue | None = None
 
     def __init__(
         self, *, notifier: Notifier, interval_s: float, clock: Clock = SYSTEM_CLOCK

@@ -79,7 +79,8 @@ class Poller(Loop):
         intervals = [p.adapter.capabilities.fetch_interval_s for p in self._providers.values()]
         early_s = min([EARLY_S, *(i / 4 for i in intervals)])
         jobs = await self._store.claim_fetch(self._batch, early_s)
-        self._releases = releases = {}
+        releases: dict[str, datetime | None] = {}
+        self._releases = releases
         try:
             await boundary.each(jobs, self._check, self._failed)
         finally:  # a failed write leaves the leases to expire: the jobs are polled again

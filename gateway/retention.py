@@ -11,7 +11,7 @@ gone, as Replicate does for API predictions (docs/replicate-api.md §8.1).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files import FileService
@@ -68,7 +68,7 @@ class Retention(Loop):
             log.info("retention_pruned", extra=counts)
         return sum(counts.values())
 
-    async def _remove_data(self, now) -> int:  # type: ignore[no-untyped-def]
+    async def _remove_data(self, now: datetime) -> int:
         assert self._data_age is not None
         removed = 0
         for job_id in await self._store.data_due(now - self._data_age, self._batch):

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from contracts.errors import CutoverError
 from gateway import guard
 from gateway.route import RouteSpec
-from gateway.storage import Storage
+from gateway.storage import LocalStorage, Storage
 from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
 from shadow import compare as comparing
 from shadow import noise
 from shadow import report as reporting
-from shadow.outcome import Outcome, OutputFile
+from shadow.outcome import Outcome, OutputFile, read_path
 
 __all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
 
@@ -55,14 +56,25 @@ class ShadowComparisons:
             size_bytes=row.size_bytes,
             sha256=row.sha256,
             url=f"{self._public_url}/assets/{row.key}",
-            path=self._storage.path(row.key),
+            path=self._storage.path(row.key) if isinstance(self._storage, LocalStorage) else None,
             key=row.key,
         )
+
+    async def _read(self, file: OutputFile) -> bytes:
+        """A file's bytes: from its local path, else from owned storage (S3)."""
+        if file.path is not None or file.key is None:
+            return await read_path(file)
+        try:
+            return b"".join([chunk async for chunk in self._storage.read(file.key)])
+        except CutoverError as exc:  # compare() notes an unreadable file (an OSError)
+            raise OSError(f"output file {file.key}: {exc.detail}") from exc
 
     async def _compare(self, route: str, pair: ShadowPair) -> StoredComparison:
         control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
         other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
-        compared = await comparing.compare(control, other, pair_id=pair.candidate.id)
+        compared = await comparing.compare(
+            control, other, read=self._read, pair_id=pair.candidate.id
+        )
         return StoredComparison(
             shadow_id=pair.candidate.id, primary_id=pair.control.id, route=route,
             kind=pair.kind, created_at=pair.candidate.created_at,

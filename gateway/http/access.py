@@ -20,14 +20,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from contracts.errors import CutoverError
-from gateway.http.middleware import TOKEN_NAME
+from gateway.http.middleware import TOKEN_NAME, Handler
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter
 
 __all__ = ["REQUEST_ID", "RateLimited", "access_middleware", "limit_middleware", "route_of"]
 
 log = logging.getLogger("gateway.access")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 

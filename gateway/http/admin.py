@@ -35,13 +35,12 @@ from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
 from gateway.http import keys
 from gateway.http import routes as route_admin
-from gateway.http.middleware import json_response
+from gateway.http.middleware import Handler, json_response
 from gateway.notify import LoopName
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
 
 __all__ = ["create_admin_app"]
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 routes = web.RouteTableDef()
 
 

@@ -8,6 +8,7 @@ without ``/v1`` calls ``/predictions``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from gateway.http import keys, wire
 from gateway.http.middleware import (
     SCOPE_CHARS,
     TOKEN_NAME,
+    Handler,
     json_response,
     parse_body,
     presented_token,
@@ -53,8 +55,8 @@ MAX_IDEMPOTENCY_KEY_CHARS = 255 - SCOPE_CHARS - 1
 _IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]+")  # printable ASCII
 
 
-def _route(method: str, path: str):  # type: ignore[no-untyped-def]
-    def register(handler):  # type: ignore[no-untyped-def]
+def _route(method: str, path: str) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
         for prefix in _PREFIXES:
             routes.route(method, prefix + path)(handler)
         return handler

@@ -55,8 +55,9 @@ async def serve_stored(
     headers = dict(_ASSET_HEADERS)
     if filename:
         headers["Content-Disposition"] = f'attachment; filename="{filename}"'
-    local = isinstance(storage, LocalStorage)
-    path = await asyncio.to_thread(storage.path, key) if local else None  # file system I/O
+    path = None
+    if isinstance(storage, LocalStorage):
+        path = await asyncio.to_thread(storage.path, key)  # file system I/O
     if path is not None:
         response: web.StreamResponse = web.FileResponse(path, headers=headers)
         response.content_type = content_type or found.content_type

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -25,7 +25,7 @@ from contracts.times import parse_time
 from gateway.files import FileService, safe_name
 from gateway.http import keys
 from gateway.http.assets import serve_stored
-from gateway.http.middleware import json_response, token_scope
+from gateway.http.middleware import Handler, json_response, token_scope
 from gateway.outputs import MEDIA_TYPE_RE
 from gateway.store.files import FileRecord
 
@@ -37,10 +37,10 @@ PAGE_SIZE = 100
 _MAX_METADATA_BYTES = 64 * 1024
 
 
-def _both(method: str, path: str):  # type: ignore[no-untyped-def]
+def _both(method: str, path: str) -> Callable[[Handler], Handler]:
     """Served under ``/v1`` and without it, like every Replicate route (§1)."""
 
-    def register(handler):  # type: ignore[no-untyped-def]
+    def register(handler: Handler) -> Handler:
         for prefix in ("/v1", ""):
             routes.route(method, prefix + path)(handler)
         return handler

@@ -30,6 +30,7 @@ __all__ = [
     "PUBLIC_PREFIXES",
     "SCOPE_CHARS",
     "TOKEN_NAME",
+    "Handler",
     "auth_middleware",
     "json_response",
     "parse_body",

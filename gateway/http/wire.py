@@ -75,7 +75,7 @@ def prediction(
         output=None if job.data_removed else job.output,
         logs=job.logs or "",
         error=job.error,
-        status=shown,  # type: ignore[arg-type]
+        status=shown,
         created_at=timestamp(job.created_at) or "",
         started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at),

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import secrets
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +246,7 @@ def _missing(exc: ClientError) -> bool:
 
 
 @contextlib.contextmanager
-def _unavailable():  # type: ignore[no-untyped-def]
+def _unavailable() -> Iterator[None]:
     """Map botocore failures to one retryable gateway error (STYLE.md rule 5)."""
     try:
         yield

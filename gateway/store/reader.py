@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +40,7 @@ _NOT_HIDDEN = "arm NOT IN ({})".format(", ".join(f"'{arm}'" for arm in HIDDEN_AR
 READ_TIMEOUT_S = 0.25  # a read waits this long for a checkpoint before the engine takes it
 
 
-def _sqlite_converter(column: sa.Column[Any]):  # type: ignore[no-untyped-def]
+def _sqlite_converter(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
     if isinstance(column.type, UTCDateTime):
         return lambda v: None if v is None else datetime.fromisoformat(v).replace(tzinfo=UTC)
     if isinstance(column.type, sa.JSON):

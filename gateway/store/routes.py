@@ -248,7 +248,9 @@ class RouteBook:
             "evidence": evidence,
         }
         result = await conn.execute(route_changes.insert().values(**values))
-        return AuditEntry(id=int(result.inserted_primary_key[0]), **values)
+        primary = result.inserted_primary_key
+        assert primary is not None  # an insert of one row
+        return AuditEntry(id=int(primary[0]), **values)
 
 
 def _problem(exc: ValidationError) -> str:
