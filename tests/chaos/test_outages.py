@@ -27,6 +27,7 @@ from chaos.provider import FakeProvider
 from chaos.receiver import Receiver
 from tests.support.databases import BACKENDS, database_url_for
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -41,13 +42,6 @@ CALM = FaultProfile(  # no injected faults: the outages are the faults here
 )
 OUTAGE_S = 4.0
 FAST_S = 5.0  # PG_CONNECT_TIMEOUT_S: the slowest a refused connect may take to be noticed
-
-
-async def _until(condition, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < end, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def _probe_while_down(http: httpx.AsyncClient, url: str, some_id: str) -> list[str]:
@@ -100,13 +94,14 @@ async def test_database_and_provider_outages_lose_nothing_and_heal_by_themselves
             auth = {"Authorization": f"Bearer {keys.api_token}"}
             try:
                 work = asyncio.create_task(driver.run(options.predictions, "outage"))
-                await _until(lambda: len(provider.jobs) >= 10, 60)
+                await wait_until(lambda: len(provider.jobs) >= 10, 60, interval_s=0.05)
                 some_id = next(iter(provider.jobs))
                 database.cut()
                 async with httpx.AsyncClient(timeout=30, headers=auth) as http:
                     wrong = await _probe_while_down(http, fleet.urls[0], some_id)
                 database.restore()
-                await _until(lambda: len(provider.jobs) >= 30, 60)  # dispatching again
+                # dispatching again
+                await wait_until(lambda: len(provider.jobs) >= 30, 60, interval_s=0.05)
                 upstream.cut()
                 await asyncio.sleep(OUTAGE_S)  # the outage itself: its length is the point
                 upstream.restore()

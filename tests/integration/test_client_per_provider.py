@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
 from tests.support.upstreams.replicate import REPLICATE_TOKEN, FakeReplicate
 from tests.support.upstreams.runpod import RUNPOD_TOKEN, FakeRunPod
+from tests.support.waiting import wait_until_sync
 
 REF = f"acme/echo:{ECHO_VERSION}"
 TERMINAL = {"succeeded", "failed", "canceled"}
@@ -178,13 +178,6 @@ def client(stack: Stack) -> Iterator[replicate.Client]:
         http.close()
 
 
-def until(predicate: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 def test_run(client: replicate.Client, stack: Stack):
@@ -202,9 +195,9 @@ def test_create_and_wait(client: replicate.Client, stack: Stack):
 
 def test_cancel(client: replicate.Client, stack: Stack):
     p = client.predictions.create(version=ECHO_VERSION, input=stack.long_input)
-    until(lambda: (p.reload(), p.status == "processing")[1])
+    wait_until_sync(lambda: (p.reload(), p.status == "processing")[1])
     p.cancel()
-    until(lambda: (p.reload(), p.status in TERMINAL)[1])
+    wait_until_sync(lambda: (p.reload(), p.status in TERMINAL)[1])
     assert p.status == "canceled"
 
 

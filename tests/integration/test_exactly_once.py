@@ -36,6 +36,7 @@ from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
 from tests.support.process import GatewayProcess, free_port
 from tests.support.receiver import Receiver, validate_with_replicate
+from tests.support.waiting import wait_until
 
 OUTCOMES = [JobState.COMPLETED, JobState.FAILED, JobState.CANCELED]
 
@@ -137,18 +138,6 @@ def fake_webhook(job_id: str, output: str, logs: str) -> tuple[bytes, dict[str, 
     return body, {"x-fake-signature": signature, "content-type": "application/json"}
 
 
-async def until(condition: Any, timeout_s: float, what: str) -> Any:
-    async def poll() -> Any:
-        while not (value := await condition()):
-            await asyncio.sleep(0.1)
-        return value
-
-    try:
-        return await asyncio.wait_for(poll(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"{what} within {timeout_s} s") from None
-
-
 @pytest.mark.skipif("postgres" not in BACKENDS, reason="PostgreSQL backend not selected")
 async def test_two_gateway_processes_on_postgresql_deliver_one_completed_per_prediction(
     tmp_path: Path, receiver: Receiver
@@ -215,7 +204,7 @@ async def race(
                 counts = dict((await conn.execute(query)).all())
             return counts == {"delivered": predictions}
 
-        await until(all_sent, 60, "every completed event delivered")
+        await wait_until(all_sent, 60, what="every completed event delivered", interval_s=0.1)
         finals = {j: (await http.get(f"{first.url}/v1/predictions/{j}")).json() for j in job_ids}
 
     assert_one_completed_each(receiver, job_ids)

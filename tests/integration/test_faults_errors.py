@@ -23,9 +23,9 @@ from tests.support.faults import (
     engine_of,
     loop_named,
     sql,
-    wait_until,
 )
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.waiting import wait_until
 
 FINISH_COMPLETED = sql(r"^\s*UPDATE jobs SET", state="completed")
 PROGRESS_RUNNING = sql(r"^\s*UPDATE jobs SET", state="running")

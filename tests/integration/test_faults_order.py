@@ -15,10 +15,11 @@ import pytest
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef
-from tests.support.faults import event_rows, loop_named, wait_until
+from tests.support.faults import event_rows, loop_named
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import observe, start_job
 from tests.support.receiver import Receiver
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from tests.support.cog_server import CogServer
 from tests.support.databases import BACKENDS
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway
 from tests.support.tls import ServerTLS
+from tests.support.waiting import wait_until_sync
 
 MODEL = "acme/echo"
 REF = f"{MODEL}:{ECHO_VERSION}"
@@ -52,14 +53,6 @@ def close_client(client: replicate.Client) -> None:
         http.close()
 
 
-def until(predicate, timeout_s: float = 30.0, interval_s: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 def test_run_by_version_returns_the_models_text(client: replicate.Client):
@@ -132,9 +125,9 @@ def test_cancel_in_flight_ends_canceled_and_stays_so(client: replicate.Client):
     p = client.predictions.create(
         version=ECHO_VERSION, input={"prompt": "cancel me", "steps": 40, "delay": 0.25}
     )
-    until(lambda: (p.reload(), p.status == "processing")[1])
+    wait_until_sync(lambda: (p.reload(), p.status == "processing")[1])
     p.cancel()
-    until(lambda: (p.reload(), p.status in TERMINAL)[1])
+    wait_until_sync(lambda: (p.reload(), p.status in TERMINAL)[1])
     assert p.status == "canceled" and p.output is None
     assert client.predictions.cancel(p.id).status == "canceled"
 

@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gateway.store.schema import jobs, outbox
 from tests.support.gateway import TOKEN, VERSION, settings_dict
 from tests.support.process import GatewayProcess, free_port
 from tests.support.receiver import Receiver, Reply
+from tests.support.waiting import wait_until
 
 PREDICTIONS = 4
 
@@ -40,17 +40,6 @@ def config_for(database_url: str, workdir: Path) -> dict[str, Any]:
     )
     config["gateway"].update(loop_interval_s=0.1, lease_s=1.0)
     return config
-
-
-async def until(condition: Callable[[], Any], timeout_s: float, what: str) -> None:
-    async def poll() -> None:
-        while not await condition():
-            await asyncio.sleep(0.05)
-
-    try:
-        await asyncio.wait_for(poll(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"not {what} within {timeout_s} s") from None
 
 
 async def complete(http: httpx.AsyncClient, process: GatewayProcess, job_id: str, token: str):  # type: ignore[no-untyped-def]
@@ -83,7 +72,7 @@ async def test_events_pending_at_a_sigkill_are_delivered_after_a_restart(
                 held_open = any(r.path == "/held" for r in receiver.received)
                 return len(rows) == PREDICTIONS and all(r.attempts for r in rows) and held_open
 
-            await until(attempted, 20, "every event attempted")
+            await wait_until(attempted, 20, what="every event attempted", interval_s=0.05)
         finally:
             await asyncio.to_thread(process.kill)  # SIGKILL: leases and retries left behind
         async with engine.connect() as conn:
@@ -101,7 +90,9 @@ async def test_events_pending_at_a_sigkill_are_delivered_after_a_restart(
                     statuses = (await conn.execute(sa.select(outbox.c.status))).scalars().all()
                 return statuses == ["delivered"] * PREDICTIONS
 
-            await until(delivered, 30, "every event delivered after the restart")
+            await wait_until(
+                delivered, 30, what="every event delivered after the restart", interval_s=0.05
+            )
         finally:
             await asyncio.to_thread(restarted.stop)
         async with engine.connect() as conn:

@@ -11,7 +11,6 @@ finish every job exactly once.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,19 +23,10 @@ from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, live_config
 from tests.support.process import GatewayProcess
 from tests.support.tls import ServerTLS
+from tests.support.waiting import wait_until_sync
 
 HEADERS = {"Authorization": f"Bearer {LIVE_TOKEN}"}
 TERMINAL = {"succeeded", "failed", "canceled"}
-
-
-def _until(predicate, timeout_s: float):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -70,13 +60,14 @@ def test_sigkill_with_jobs_queued_and_running_then_every_job_finishes_once(
                 def statuses() -> list[str]:
                     return [http.get(f"/v1/predictions/{i}").json()["status"] for i in ids]
 
-                _until(lambda: "processing" in statuses(), timeout_s=30)
+                wait_until_sync(lambda: "processing" in statuses(), 30, interval_s=0.05)
                 before = statuses()
                 assert before.count("starting") >= 2, before
                 first.kill()
                 second.start()
-                final = _until(
-                    lambda: (s := statuses()) and all(x in TERMINAL for x in s) and s, 90
+                final = wait_until_sync(
+                    lambda: (s := statuses()) and all(x in TERMINAL for x in s) and s, 90,
+                    interval_s=0.05,
                 )
                 assert final == ["succeeded"] * 5
                 outputs = [http.get(f"/v1/predictions/{i}").json()["output"] for i in ids]

@@ -9,7 +9,6 @@ it wraps a real one, so the code under test sees exactly what an outage looks li
 
 from __future__ import annotations
 
-import asyncio
 import io
 import random
 import re
@@ -33,7 +32,6 @@ __all__ = [
     "loop_named",
     "observe_large",
     "transient_error",
-    "wait_until",
 ]
 
 Statement = Callable[[str, dict[str, Any]], bool]
@@ -174,21 +172,6 @@ class StoreFaults:
         if statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
             return False
         return self._rate > 0 and self._rng.random() < self._rate
-
-
-async def wait_until(condition: Callable[[], Any], timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` (sync or async) until true, under a deadline."""
-
-    async def poll() -> None:
-        while True:
-            result = condition()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), timeout_s)
 
 
 class ThreadLog:

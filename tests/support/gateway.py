@@ -7,7 +7,6 @@ test decides exactly when the gateway moves (STYLE.md rule 15).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from gateway.app import LOOPS
 from gateway.http import keys
 from gateway.store.jobs import JobStore
 from tests.support.clock import MovableClock
+from tests.support.waiting import wait_until
 
 __all__ = ["TOKEN", "VERSION", "GatewayHarness", "settings_dict"]
 
@@ -115,12 +115,12 @@ class GatewayHarness:
     async def wait_for(self, job_id: str, status: str, timeout_s: float = 10.0) -> dict[str, Any]:
         """Settle until the prediction reports ``status`` (with a deadline)."""
 
-        async def poll() -> dict[str, Any]:
-            while True:
-                await self.settle()
-                prediction = await self.get(job_id)
-                if prediction["status"] == status:
-                    return prediction
-                await asyncio.sleep(0.01)
+        async def reached() -> dict[str, Any] | None:
+            await self.settle()
+            prediction = await self.get(job_id)
+            return prediction if prediction["status"] == status else None
 
-        return await asyncio.wait_for(poll(), timeout_s)
+        found: dict[str, Any] = await wait_until(
+            reached, timeout_s, what=f"prediction {job_id} {status}"
+        )
+        return found
