@@ -98,3 +98,51 @@ async def test_a_large_output_streams_into_s3_with_bounded_memory(s3_server: Any
     finally:
         await server.close()
         await storage.aclose()
+
+
+class _Assets:
+    """The one store call an upload makes: recording the asset."""
+
+    def __init__(self) -> None:
+        self.recorded: list[Any] = []
+
+    async def record_asset(self, job_id: str, record: Any) -> None:
+        self.recorded.append(record)
+
+
+@pytest.mark.timeout(900)
+async def test_a_large_cog_upload_streams_into_s3_with_bounded_memory(s3_server: Any) -> None:
+    """The upload receiver's path (Cog's --upload-url, gateway/uploads.py): request body ->
+    a spool file, hashed as written -> S3 multipart."""
+    from gateway.uploads import Uploads
+
+    bucket = f"up-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    storage = s3_storage(s3_server, bucket, part_size_bytes=MIN_PART_BYTES)
+    expected = hashlib.sha256()
+    async for piece in generated(SIZE_BYTES):
+        expected.update(piece)
+    copier = OutputCopier(storage=storage, public_url="https://gw.test",
+                          max_output_bytes=SIZE_BYTES, allowed_types=[], download_timeout_s=60)
+    assets = _Assets()
+    uploads = Uploads(copier=copier, storage=storage, store=assets, tokens={})  # type: ignore[arg-type]
+    try:
+        await storage.put("warm/up", b"x")
+        before = psutil.Process().memory_info().rss
+        peak, stop = [before], asyncio.Event()
+        sampler = asyncio.create_task(sample_peak(peak, stop))
+        url = await uploads.receive(
+            "u" * 26, "weights.bin", "application/octet-stream", SIZE_BYTES,
+            generated(SIZE_BYTES),
+        )
+        stop.set()
+        await sampler
+        [record] = assets.recorded
+        assert url == f"https://gw.test/assets/{record.key}"
+        assert record.size_bytes == SIZE_BYTES and record.sha256 == expected.hexdigest()
+        assert record.source == "upload"
+        found = await storage.stat(record.key)
+        assert found is not None and found.size_bytes == SIZE_BYTES
+        assert peak[0] - before < MAX_GROWTH_BYTES, f"RSS grew by {peak[0] - before} bytes"
+    finally:
+        await storage.aclose()
