@@ -136,19 +136,14 @@ def create_app(
     return app
 
 
-def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None) -> None:
-    """Run the gateway on ``[gateway] listen`` until SIGINT or SIGTERM (blocks)."""
+def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None,
+          sock: socket.socket | None = None) -> None:
+    """Run the gateway on ``[gateway] listen``, or on ``sock`` (a listening socket bound
+    elsewhere, e.g. inherited: ``cutover serve --listen-fd``), until SIGINT or SIGTERM."""
     gw = settings.gateway
-    web.run_app(
-        create_app(settings),
-        loop=_event_loop(),
-        host=gw.host,
-        port=gw.port,
-        ssl_context=ssl_context,
-        print=None,
-        access_log=None,
-        shutdown_timeout=10.0,
-    )
+    where: dict[str, Any] = {"sock": sock} if sock else {"host": gw.host, "port": gw.port}
+    web.run_app(create_app(settings), loop=_event_loop(), ssl_context=ssl_context,
+                print=None, access_log=None, shutdown_timeout=10.0, **where)
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:

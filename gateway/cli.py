@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import ssl
 import sys
 from collections.abc import Sequence
@@ -50,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         ("check", "validate the configuration"),
     ):
         _common(sub.add_parser(name, help=text))
+    serve = sub.choices["serve"]
+    serve.add_argument(
+        "--listen-fd", type=int, default=None, metavar="FD",
+        help="serve on this inherited, already listening socket instead of binding "
+        "[gateway] listen (for a supervisor or test harness that bound it)",
+    )
     sub.add_parser("chaos", help="run the gateway under faults and check every promise "
                    "(cutover chaos --help)", add_help=False)
     hooks = sub.add_parser("webhooks", help="dead-lettered outbound webhooks")
@@ -107,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             asyncio.run(_migrate(settings))
             return 0
-        return _serve(settings)
+        return _serve(settings, args.listen_fd)
     except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 2
@@ -228,7 +235,7 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     gw = settings.gateway
     context = None
     if gw.tls_cert_file and gw.tls_key_file:
@@ -244,7 +251,8 @@ def _serve(settings: Settings) -> int:
         "gateway_starting",
         extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
     )
-    app.serve(settings, ssl_context=context)
+    sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
+    app.serve(settings, ssl_context=context, sock=sock)
     return 0
 
 

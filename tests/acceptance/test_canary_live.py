@@ -27,7 +27,7 @@ from tests.support.cog_server import CogServer
 from tests.support.databases import BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, live_config
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 from tests.support.tls import ServerTLS
 
 pytestmark = [pytest.mark.cog, pytest.mark.timeout(240)]
@@ -55,7 +55,7 @@ def candidate_cog(tls: ServerTLS, tmp_path_factory: pytest.TempPathFactory) -> I
 def _config(database_url: str, workdir: Path, tls: ServerTLS, control: str, candidate: str):
     config = live_config(
         database_url=database_url, workdir=workdir, tls=tls, cog_url=control,
-        cog_token=COG_WEBHOOK_TOKEN, port=free_port(), guard_interval_s=1.0,
+        cog_token=COG_WEBHOOK_TOKEN, port=listen_port(), guard_interval_s=1.0,
     )
     config["providers"]["candidate-cog"] = {
         "kind": "cog", "base_url": candidate, "webhook_auth_token": COG_WEBHOOK_TOKEN,

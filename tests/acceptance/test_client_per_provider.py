@@ -29,7 +29,7 @@ from tests.support.cog_server import CogServer
 from tests.support.databases import sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, running_gateway
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 from tests.support.tls import ServerTLS
 from tests.support.upstreams.base import FakeUpstream
 from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
@@ -163,7 +163,7 @@ def _start(stack: ExitStack, workdir: Any, tls: ServerTLS | None, providers: dic
            routes: list[dict[str, Any]]) -> str:
     workdir.mkdir(parents=True, exist_ok=True)
     database_url = stack.enter_context(sync_database("sqlite", workdir))
-    config = _gateway_config(free_port(), tls, workdir, database_url, providers, routes)
+    config = _gateway_config(listen_port(), tls, workdir, database_url, providers, routes)
     process = GatewayProcess(config, workdir, ca_file=tls.ca_file if tls else None).start()
     stack.callback(process.stop)
     return process.url

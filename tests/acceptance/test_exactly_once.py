@@ -34,7 +34,7 @@ from gateway.webhooks.delivery import Delivery, open_session, signer_for
 from tests.support.databases import BACKENDS, database_url_for
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 from tests.support.receiver import Receiver, validate_with_replicate
 from tests.support.waiting import wait_until
 
@@ -118,7 +118,7 @@ async def test_two_delivery_loops_never_send_a_row_twice(
 
 
 def process_config(database_url: str, workdir: Path) -> dict[str, Any]:
-    port = free_port()
+    port = listen_port()
     config = settings_dict(
         database_url,
         str(workdir / "assets"),

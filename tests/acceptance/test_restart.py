@@ -22,7 +22,7 @@ from adapters.fake import FakeAdapter
 from gateway.store import db
 from gateway.store.schema import jobs, outbox
 from tests.support.gateway import TOKEN, VERSION, settings_dict
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 from tests.support.receiver import Receiver, Reply
 from tests.support.waiting import wait_until
 
@@ -30,7 +30,7 @@ PREDICTIONS = 4
 
 
 def config_for(database_url: str, workdir: Path) -> dict[str, Any]:
-    port = free_port()
+    port = listen_port()
     config = settings_dict(
         database_url,
         str(workdir / "assets"),

@@ -21,7 +21,7 @@ import pytest
 from tests.support.cog_server import CogServer
 from tests.support.databases import BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 
 pytestmark = [pytest.mark.cog, pytest.mark.timeout(600)]
 
@@ -64,7 +64,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    port = free_port()
+    port = listen_port()
     upload_url = f"http://127.0.0.1:{port}/provider-uploads/cog/{UPLOAD_TOKEN}/"
     env = {"WEBHOOK_AUTH_TOKEN": COG_WEBHOOK_TOKEN}
     with CogServer(MODEL_DIR, env=env, args=["--upload-url", upload_url]) as cog:

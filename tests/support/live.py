@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.support.databases import sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
-from tests.support.process import GatewayProcess, free_port
+from tests.support.process import GatewayProcess, listen_port
 from tests.support.tls import ServerTLS
 
 __all__ = ["ECHO_VERSION", "LIVE_TOKEN", "LiveGateway", "live_config", "sync_database"]
@@ -34,7 +34,7 @@ def live_config(
     **gateway: Any,
 ) -> dict[str, Any]:
     """A gateway configuration routing ``acme/echo`` (and ECHO_VERSION) to the Cog server."""
-    port = port or free_port()
+    port = port or listen_port()
     provider: dict[str, Any] = {"kind": "cog", "base_url": cog_url}
     if cog_token:
         provider["webhook_auth_token"] = cog_token

@@ -22,11 +22,28 @@ import tomli_w
 
 from tests.support.orphans import die_with_parent
 
-__all__ = ["GatewayProcess", "free_port"]
+__all__ = ["GatewayProcess", "free_port", "listen_port"]
+
+#: Port -> the listening socket held for it (for the whole session: a restarted gateway
+#: gets the same socket again).
+_HELD: dict[int, socket.socket] = {}
+
+
+def listen_port() -> int:
+    """A port on 127.0.0.1 for a gateway: bound (port 0) and listening here, and handed
+    to ``cutover serve --listen-fd`` by :class:`GatewayProcess`, so no other process can
+    take it between the choice and the bind (no bind-close-reuse race)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = int(sock.getsockname()[1])
+    _HELD[port] = sock
+    return port
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a server that cannot be
+    handed a socket (RunPod's dev server): it may be taken before that server binds it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -63,9 +80,14 @@ class GatewayProcess:
         self.config_path.write_bytes(tomli_w.dumps(self.config).encode())
         command = shutil.which("cutover", path=str(Path(sys.executable).parent))
         assert command, "the cutover console script is not installed in this venv"
+        argv = [command, "serve", "--config", str(self.config_path)]
+        held = _HELD.get(int(str(self.config["gateway"]["listen"]).rpartition(":")[2]))
+        fds = () if held is None else (held.fileno(),)
+        argv += [f"--listen-fd={fd}" for fd in fds]
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                [command, "serve", "--config", str(self.config_path)],
+                argv,
+                pass_fds=fds,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
