@@ -358,7 +358,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
     return delivery.Delivery(
         queue=queue,
         http=app[_WEBHOOK_HTTP],
-        signer=delivery.signer_for(app[keys.SIGNING_SECRET], hooks),
+        signer=assembly.webhook_signer(app[keys.SIGNING_SECRET], hooks),
         schedule=retry.Schedule(
             tuple(hooks.retry_delays_s),
             jitter_ratio=hooks.retry_jitter_ratio,

@@ -9,7 +9,7 @@ from typing import Any
 
 from contracts.errors import ConfigurationError, CutoverError
 from gateway import routewiring
-from gateway.config import Settings
+from gateway.config import Settings, WebhookSettings
 from gateway.outputs import OutputCopier
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
@@ -17,10 +17,11 @@ from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
 from gateway.uploads import Uploads
+from gateway.webhooks import signing
 
 __all__ = [
     "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
-    "storage_for", "uploads",
+    "storage_for", "uploads", "webhook_signer",
 ]
 
 
@@ -38,6 +39,23 @@ def output_file_hosts(settings: Settings) -> dict[str, list[str]]:
         name: file_hosts(conf.kind, conf.base_url, conf.file_hosts)
         for name, conf in settings.providers.items()
     }
+
+
+def webhook_signer(secret: str, settings: WebhookSettings) -> signing.Signer:
+    """The signer of outbound webhooks: ``secret``, and ``[webhooks]``'s previous secret
+    until ``previous_valid_until`` (rotation, docs/webhooks.md).
+
+    Raises
+    ------
+    contracts.errors.ConfigurationError
+        A malformed secret (see :class:`gateway.webhooks.signing.Signer`).
+    """
+    previous = settings.previous_signing_secret
+    return signing.Signer(
+        secret,
+        previous_secret=previous.get_secret_value() if previous is not None else None,
+        previous_valid_until=settings.previous_valid_until,
+    )
 
 
 def storage_for(settings: Settings) -> Storage:

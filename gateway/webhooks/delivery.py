@@ -41,7 +41,6 @@ from yarl import URL
 
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.config import WebhookSettings
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
@@ -50,27 +49,11 @@ from gateway.store.outbox import DeliveryStatus
 from gateway.webhooks import connector, retry, signing, ssrf
 from gateway.webhooks.attempt import Attempt, Decision, decide
 
-__all__ = ["Delivery", "open_session", "signer_for"]
+__all__ = ["Delivery", "open_session"]
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "cutover"
-
-
-def signer_for(secret: str, settings: WebhookSettings) -> signing.Signer:
-    """The :class:`gateway.webhooks.signing.Signer` for ``secret`` and the rotation settings.
-
-    Raises
-    ------
-    contracts.errors.ConfigurationError
-        A malformed secret (see :class:`gateway.webhooks.signing.Signer`).
-    """
-    previous = settings.previous_signing_secret
-    return signing.Signer(
-        secret,
-        previous_secret=previous.get_secret_value() if previous is not None else None,
-        previous_valid_until=settings.previous_valid_until,
-    )
 
 
 @contextlib.asynccontextmanager

@@ -24,13 +24,14 @@ from adapters.fake import FakeAdapter
 from contracts.job import JobState, replicate_status
 from contracts.snapshot import ProviderSnapshot
 from gateway.app import _FINALIZER, WEBHOOK_POLICY
+from gateway.assembly import webhook_signer
 from gateway.http import keys
 from gateway.notify import Notifier
 from gateway.store import db
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.schema import jobs, outbox
 from gateway.webhooks import retry
-from gateway.webhooks.delivery import Delivery, open_session, signer_for
+from gateway.webhooks.delivery import Delivery, open_session
 from tests.support.databases import BACKENDS, database_url_for
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
@@ -103,7 +104,7 @@ async def test_two_delivery_loops_never_send_a_row_twice(
         other = Delivery(  # a second process's loop: another owner, the same store
             queue=queue,
             http=http,
-            signer=signer_for(gateway.app[keys.SIGNING_SECRET], settings.webhooks),
+            signer=webhook_signer(gateway.app[keys.SIGNING_SECRET], settings.webhooks),
             schedule=retry.Schedule((60.0,)),
             notifier=Notifier(),
             max_concurrency=4,

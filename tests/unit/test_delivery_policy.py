@@ -10,10 +10,10 @@ import pytest
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
 from gateway import cli
+from gateway.assembly import webhook_signer
 from gateway.config import WebhookSettings
 from gateway.webhooks import retry, signing
 from gateway.webhooks.attempt import Attempt, decide
-from gateway.webhooks.delivery import signer_for
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 SCHEDULE = retry.Schedule((10.0, 20.0), jitter_ratio=0.0)
@@ -111,10 +111,10 @@ def test_signer_for_signs_twice_during_the_overlap_only() -> None:
         previous_signing_secret=old,  # type: ignore[arg-type]
         previous_valid_until=NOW + timedelta(minutes=5),
     )
-    signer = signer_for(new, settings)
+    signer = webhook_signer(new, settings)
     assert len(signer.sign("msg_1", 1, b"{}", now=NOW).split(" ")) == 2
     assert len(signer.sign("msg_1", 1, b"{}", now=NOW + timedelta(minutes=5)).split(" ")) == 1
-    assert len(signer_for(new, WebhookSettings()).sign("m", 1, b"{}", now=NOW).split()) == 1
+    assert len(webhook_signer(new, WebhookSettings()).sign("m", 1, b"{}", now=NOW).split()) == 1
 
 
 @pytest.mark.parametrize(
