@@ -55,6 +55,24 @@ _BODIES: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel] | N
     ("GET", "/account"): (None, Account, 200),
     ("GET", "/webhooks/default/secret"): (None, WebhookSecret, 200),
 }
+_CREATE_HEADERS = (  # docs/replicate-api.md §3.2
+    ("Prefer", "wait or wait=N: hold the create for up to N seconds"),
+    ("Cancel-After", "a deadline such as 30s, 5m or 1h30m (at least 5 s)"),
+    ("Idempotency-Key", "the same key, body and endpoint return the same prediction"),
+)
+#: (method, path without ``/v1``) -> the headers and query parameters it reads.
+_EXTRA_PARAMETERS: dict[tuple[str, str], list[tuple[str, str, str]]] = {
+    **{
+        ("POST", path): [(name, "header", text) for name, text in _CREATE_HEADERS]
+        for path in ("/predictions", "/models/{owner}/{name}/predictions",
+                     "/deployments/{owner}/{name}/predictions")
+    },
+    ("GET", "/predictions"): [  # docs/replicate-api.md §2.5
+        ("cursor", "query", "the next or previous page, as returned"),
+        ("created_after", "query", "an RFC 3339 time"),
+        ("created_before", "query", "an RFC 3339 time"),
+    ],
+}
 _MODELS = (
     Account, Deployment, Model, ModelPredictionRequest, Prediction, PredictionPage,
     PredictionRequest, Problem, Version, WebhookSecret,
@@ -86,12 +104,16 @@ def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
             }
         },
     }
-    params = _PARAM_RE.findall(path)
-    if params:
-        operation["parameters"] = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in params
-        ]
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PARAM_RE.findall(path)
+    ] + [
+        {"name": name, "in": where, "required": False, "description": text,
+         "schema": {"type": "string"}}
+        for name, where, text in _EXTRA_PARAMETERS.get((method, path.removeprefix("/v1")), [])
+    ]
+    if parameters:
+        operation["parameters"] = parameters
     request, response, status = _BODIES.get((method, path.removeprefix("/v1")), (None, None, 200))
     if request is not None:
         operation["requestBody"] = {
