@@ -36,6 +36,7 @@ __all__ = ["BLOCK_BYTES", "DownloadFailed", "Downloaded", "Spool", "download"]
 
 BLOCK_BYTES = 4 << 20  # one read, one write, one hash update
 QUEUED_BLOCKS = 2  # blocks written and waiting for the hashing thread
+SPOOL_BLOCK_BYTES = 1 << 20  # an upload's block: its small chunks are joined (copied) first
 MAX_DOWNLOADS = 8  # downloads running at once in one process; more wait for a thread
 
 _pool: ThreadPoolExecutor | None = None
@@ -222,15 +223,16 @@ def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> A
 class Spool:
     """A body arriving on the event loop (an upload), written to ``path`` and hashed on
     threads, at most one block behind: the loop keeps receiving while the last block is
-    written. Memory holds about three blocks whatever the size.
+    written. Memory holds a few blocks of ``block_bytes`` whatever the size.
 
     Raises :class:`DownloadFailed` from :meth:`write` past ``max_bytes``; the caller
     removes ``path`` on any failure.
     """
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, block_bytes: int = SPOOL_BLOCK_BYTES) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        self.block_bytes = block_bytes
         self.size = 0
         self._chunks: list[bytes] = []
         self._pending_bytes = 0
@@ -244,7 +246,7 @@ class Spool:
             raise DownloadFailed(f"an output file exceeds the limit of {self.max_bytes} bytes")
         self._chunks.append(chunk)
         self._pending_bytes += len(chunk)
-        if self._pending_bytes >= BLOCK_BYTES:
+        if self._pending_bytes >= self.block_bytes:
             await self._flush()
 
     async def _flush(self) -> None:
