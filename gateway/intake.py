@@ -101,11 +101,13 @@ class Intake:
             await self._store.check_now(job_id)
             self._notifier.wake(LoopName.POLLER)
             return True
-        if not await self._events.add(job_id, provider_name, body):
+        # The job's next poll or probe waits: the provider has just spoken about it.
+        interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
+        if not await self._events.add(
+            job_id, provider_name, body, check_after=self._clock.now() + interval
+        ):
             return False
         self._notifier.wake(EventProcessor.name)
-        interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
-        await self._store.postpone_check(job_id, self._clock.now() + interval)
         return True
 
 

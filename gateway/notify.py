@@ -42,7 +42,8 @@ class Notifier:
 
     def job_changed(self, job_id: str, job: Job | None = None) -> None:
         """Wake everyone waiting on ``job_id``, handing them ``job`` when it is known."""
-        self.wake(LoopName.DELIVERY)  # a change may have written outbound webhook events
+        if job is None or job.webhook is not None:  # it may have written webhook events
+            self.wake(LoopName.DELIVERY)
         for waiter in self._jobs.get(job_id, ()):
             if not waiter.done():
                 waiter.set_result(job)

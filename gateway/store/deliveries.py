@@ -20,10 +20,12 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.replicate import WebhookEvent
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import lease
+from gateway.store.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
@@ -67,6 +69,14 @@ class DeliveryQueue(lease.Leasing):
     Constructed like :class:`gateway.store.lease.Leasing`.
     """
 
+    def __init__(
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self._outcomes: Group[tuple[int, dict[str, Any]], bool] = Group(
+            "webhook-outcomes", self._record_group, max_items=256
+        )
+
     async def claim(self, limit: int, pick: Pick) -> tuple[list[OutboxRow], int]:
         """Lease the rows ``pick`` chooses among up to ``4 * limit`` due ones.
 
@@ -75,7 +85,7 @@ class DeliveryQueue(lease.Leasing):
         now = self._clock.now()
         async with self._engine.begin() as conn:
             # Over-fetch, so rows for hosts at their per-host limit can be passed over.
-            picked = (await conn.execute(_due(now, limit * 4))).all()
+            picked = (await conn.execute(_DUE, {"now": now, "limit": limit * 4})).all()
             if not picked:
                 return [], 0
             settled = await _settle_unsendable(conn, picked)
@@ -104,6 +114,7 @@ class DeliveryQueue(lease.Leasing):
     ) -> bool:
         """Store an attempt's outcome if this process still holds the row; True if it did.
 
+        Outcomes recorded together share one transaction (:mod:`gateway.store.group`).
         With ``disable_url`` (a 410 Gone), the URL is disabled and its other pending,
         unleased rows go ``dead`` in the same transaction.
         """
@@ -117,25 +128,40 @@ class DeliveryQueue(lease.Leasing):
         }
         if status == DeliveryStatus.DELIVERED:
             values["delivered_at"] = now
+        if disable_url is None:
+            return await self._outcomes((row_id, values))
         async with self._engine.begin() as conn:
-            done = await conn.execute(
-                table.update()
-                .where(
-                    table.c.id == row_id,
-                    table.c.lease_owner == self._owner,
-                    table.c.status == DeliveryStatus.PENDING,
-                )
-                .values(**values)
-            )
-            if disable_url is not None:
-                await _disable(conn, disable_url, now)
+            done = await conn.execute(self._held([row_id]).values(**values))
+            await _disable(conn, disable_url, now)
         return bool(done.rowcount)
+
+    async def _record_group(
+        self, group: list[tuple[int, dict[str, Any]]]
+    ) -> list[bool | BaseException]:
+        async with self._engine.begin() as conn:
+            ids = [row_id for row_id, _ in group]
+            held_rows = sa.select(table.c.id).where(
+                table.c.id.in_(ids),
+                table.c.lease_owner == self._owner,
+                table.c.status == DeliveryStatus.PENDING,
+            )
+            held_rows = held_rows.order_by(table.c.id).with_for_update()  # one lock order
+            held = set((await conn.execute(held_rows)).scalars())
+            outcomes = [({"id": row_id}, values) for row_id, values in group if row_id in held]
+            await update_rows(conn, table, outcomes)
+        return [row_id in held for row_id, _ in group]
+
+    def _held(self, ids: list[int]) -> sa.Update:
+        """The rows ``ids`` while this process holds them (pending, leased here)."""
+        return table.update().where(
+            table.c.id.in_(ids),
+            table.c.lease_owner == self._owner,
+            table.c.status == DeliveryStatus.PENDING,
+        )
 
 
 def _outbox_row(row: sa.Row[Any]) -> OutboxRow:
-    return OutboxRow(
-        row.id, row.job_id, row.msg_id, row.event, row.url, row.payload, row.attempts
-    )
+    return OutboxRow(row.id, row.job_id, row.msg_id, row.event, row.url, row.payload, row.attempts)
 
 
 def endpoint_key(url: str) -> str:
@@ -146,9 +172,7 @@ def endpoint_key(url: str) -> str:
     return "sha256:" + hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-async def _long_url_reasons(
-    conn: AsyncConnection, picked: Sequence[sa.Row[Any]]
-) -> dict[str, str]:
+async def _long_url_reasons(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]) -> dict[str, str]:
     """Disabled reasons of picked rows whose URL is too long to match ``endpoints`` in SQL."""
     keys = {endpoint_key(r.url) for r in picked if len(r.url) > MAX_ENDPOINT_URL_CHARS}
     if not keys:
@@ -181,8 +205,10 @@ async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]
     return settled
 
 
-def _due(now: datetime, limit: int) -> sa.Select[Any]:
-    """Due, unleased, pending rows with no earlier pending row of their job, oldest first."""
+def _due() -> sa.Select[Any]:
+    """Due, unleased, pending rows with no earlier pending row of their job, oldest first
+    (bound: ``now``, ``limit``; built once)."""
+    now: sa.BindParameter[datetime] = sa.bindparam("now", type_=table.c.next_attempt_at.type)
     earlier = table.alias("earlier")
     done = table.alias("done")
     blocked = sa.exists().where(
@@ -213,9 +239,12 @@ def _due(now: datetime, limit: int) -> sa.Select[Any]:
             ~blocked,
         )
         .order_by(table.c.next_attempt_at, table.c.id)
-        .limit(limit)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
         .with_for_update(skip_locked=True, of=table)
     )
+
+
+_DUE = _due()
 
 
 async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:

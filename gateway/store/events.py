@@ -1,10 +1,13 @@
 """Provider events: verified webhook bodies, stored once, applied in arrival order.
 
 :class:`gateway.intake.Intake` adds a body after it was verified (deduplicated on its
-SHA-256 per job); :class:`gateway.intake.EventProcessor` claims pending events with a
-lease (:mod:`gateway.store.lease`) and marks each one processed when it was applied, or
-releases it for a later retry; both only while it still holds the lease (a process whose
-lease ran out must not settle an event another process now holds).
+SHA-256 per job); bodies that arrive together are stored in one transaction, with the
+postponed checks of their jobs (:mod:`gateway.store.group`).
+:class:`gateway.intake.EventProcessor` claims pending events with a lease
+(:mod:`gateway.store.lease`) and marks each one processed when it was applied (a round's
+marks share a transaction), or releases it for a later retry; both only while it still
+holds the lease (a process whose lease ran out must not settle an event another process
+now holds).
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import ServiceUnavailable
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import lease
-from gateway.store.schema import provider_events
+from gateway.store.group import Group
+from gateway.store.records import ACTIVE
+from gateway.store.schema import jobs, provider_events
 
 __all__ = ["ProviderEvent", "ProviderEvents"]
 
@@ -34,7 +42,28 @@ class ProviderEvent:
     body: bytes
 
 
+@dataclass(frozen=True)
+class _New:
+    job_id: str
+    provider: str
+    event_key: str
+    body: bytes
+    check_after: datetime | None
+
+
 _INLINE_BYTES = 64 * 1024
+_ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
+_UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
+_POSTPONE = (
+    jobs.update()
+    .where(
+        jobs.c.id == sa.bindparam("p_id"),
+        _ACTIVE_STATE,  # constants: an executemany takes no expanding IN
+        jobs.c.submitted_at.is_not(None),
+        jobs.c.next_attempt_at < _UNTIL,
+    )
+    .values(next_attempt_at=_UNTIL)
+)
 
 
 def _key(body: bytes) -> str:
@@ -47,8 +76,21 @@ class ProviderEvents(lease.Leasing):
     Constructed like :class:`gateway.store.lease.Leasing`.
     """
 
-    async def add(self, job_id: str, provider: str, body: bytes) -> bool:
+    def __init__(
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)
+        self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
+
+    async def add(
+        self, job_id: str, provider: str, body: bytes, *, check_after: datetime | None = None
+    ) -> bool:
         """Store a verified body; True if it was new, False for a duplicate of the job's.
+
+        With ``check_after``, a new event also pushes the job's next poll or watchdog
+        probe back to then (:meth:`gateway.store.claims.Claims.postpone_check`), in the
+        same transaction.
 
         Raises
         ------
@@ -61,21 +103,36 @@ class ProviderEvents(lease.Leasing):
         else:
             event_key = _key(body)
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    provider_events.insert().values(
-                        job_id=job_id,
-                        provider=provider,
-                        event_key=event_key,
-                        body=body,
-                        received_at=self._clock.now(),
-                    )
-                )
-        except IntegrityError:
-            return False
+            return await self._adds(_New(job_id, provider, event_key, body, check_after))
         except SQLAlchemyError as exc:
             raise ServiceUnavailable("the event could not be stored; retry later") from exc
-        return True
+
+    async def _add_group(self, group: list[_New]) -> list[bool | BaseException]:
+        now = self._clock.now()
+        rows = [
+            {
+                "job_id": e.job_id,
+                "provider": e.provider,
+                "event_key": e.event_key,
+                "body": e.body,
+                "received_at": now,
+            }
+            for e in sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
+        ]
+        async with self._engine.begin() as conn:
+            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            statement = (
+                insert(provider_events)
+                .on_conflict_do_nothing(index_elements=["job_id", "event_key"])
+                .returning(provider_events.c.job_id, provider_events.c.event_key)
+            )
+            stored = {(r.job_id, r.event_key) for r in await conn.execute(statement, rows)}
+            new: list[bool | BaseException] = []
+            for e in group:
+                new.append((e.job_id, e.event_key) in stored)
+                stored.discard((e.job_id, e.event_key))  # a duplicate within the group
+            await _postpone(conn, [e for e, n in zip(group, new, strict=True) if n])
+        return new
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
         """Lease up to ``limit`` unprocessed events, oldest first."""
@@ -95,22 +152,42 @@ class ProviderEvents(lease.Leasing):
     async def mark_processed(self, event_id: int) -> bool:
         """Record that an event was applied (or refused) and release its lease; only if
         this process still holds the lease. True when it did."""
-        return await self._settle(event_id, processed_at=self._clock.now(), leased_until=None)
+        return await self._marks(event_id)
+
+    async def _mark_group(self, ids: list[int]) -> list[bool | BaseException]:
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                self._held(ids)
+                .values(lease_owner=None, processed_at=self._clock.now(), leased_until=None)
+                .returning(provider_events.c.id)
+            )
+            marked = set(done.scalars())
+        return [event_id in marked for event_id in ids]
 
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's
         backoff); only if this process still holds the lease. True when it did."""
-        return await self._settle(event_id, leased_until=until)
-
-    async def _settle(self, event_id: int, **values: object) -> bool:
         async with self._engine.begin() as conn:
             done = await conn.execute(
-                provider_events.update()
-                .where(
-                    provider_events.c.id == event_id,
-                    provider_events.c.lease_owner == self._owner,
-                    provider_events.c.processed_at.is_(None),
-                )
-                .values(lease_owner=None, **values)
+                self._held([event_id]).values(lease_owner=None, leased_until=until)
             )
         return bool(done.rowcount)
+
+    def _held(self, ids: list[int]) -> sa.Update:
+        return provider_events.update().where(
+            provider_events.c.id.in_(ids),
+            provider_events.c.lease_owner == self._owner,
+            provider_events.c.processed_at.is_(None),
+        )
+
+
+async def _postpone(conn: AsyncConnection, new: list[_New]) -> None:
+    """One update per job, in id order: every process locks jobs rows in that order, so
+    two processes postponing the same jobs wait for each other instead of deadlocking."""
+    until: dict[str, datetime] = {}
+    for e in new:
+        if e.check_after is not None:
+            until[e.job_id] = max(e.check_after, until.get(e.job_id, e.check_after))
+    params = [{"p_id": job_id, "p_until": until[job_id]} for job_id in sorted(until)]
+    if params:
+        await conn.execute(_POSTPONE, params)

@@ -8,7 +8,6 @@ transition are written in its transaction, their payload built before it begins.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
@@ -18,11 +17,11 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from contracts.errors import Conflict, NotFound, ServiceUnavailable
+from contracts.errors import Conflict, NotFound
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
-from gateway.store import errors, ordering, outbox
+from gateway.store import errors, outbox
 from gateway.store.claims import Claims
 from gateway.store.ordering import moves_back, outcome_values, progress_values
 from gateway.store.reader import GET_JOB, SqliteReads
@@ -38,11 +37,11 @@ from gateway.store.records import (
 )
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import assets, jobs
+from gateway.store.writes import JobWrites, Write
 
 __all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress", "ValueRefused"]
 
 _BATCH = 500
-_MAX_RACES = 5
 
 
 class JobStore(Claims):
@@ -74,6 +73,7 @@ class JobStore(Claims):
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
         self._planner = planner
+        self._writes = JobWrites(engine, planner, self.fast_reads, clock)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -316,49 +316,9 @@ class JobStore(Claims):
         allowed: list[str],
         also: Callable[[AsyncConnection], Awaitable[object]] | None = None,
     ) -> Job | None:
-        """One guarded write: ``decide`` the columns from the job as read, build the
-        outbox payload on a worker thread before the transaction (holding the row lock, and
-        SQLite's one connection, meanwhile would stall writers), then write if the locked
-        row is still the job that was read; otherwise read and decide again."""
-        for _ in range(_MAX_RACES):
-            old = await self._read(job_id)
-            values = None if old is None else decide(old)
-            if old is None or values is None:
-                return None
-            predicted = ordering.predicted(old, values)
-            plan = await asyncio.to_thread(self._planner.plan, old, predicted)
-            async with self._engine.begin() as conn:
-                if await self._locked(conn, job_id) != old:
-                    continue  # changed since it was read: decide again
-                row = (
-                    await conn.execute(
-                        jobs.update()
-                        .where(jobs.c.id == job_id, jobs.c.state.in_(allowed))
-                        .values(**values)
-                        .returning(*jobs.c)
-                    )
-                ).first()
-                if row is None:
-                    return None
-                new = _job(row)
-                if new != predicted:  # the store normalised a value: plan what it holds
-                    plan = self._planner.plan(old, new)
-                if also is not None:
-                    await also(conn)
-                await self._planner.write(conn, old, new, plan, self._clock.now())
-                return new
-        raise ServiceUnavailable(f"prediction {job_id} kept changing while it was written")
-
-    async def _read(self, job_id: str) -> Job | None:
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
-        return None if row is None else _job(row)
-
-    async def _locked(self, conn: AsyncConnection, job_id: str) -> Job | None:
-        row = (
-            await conn.execute(sa.select(jobs).where(jobs.c.id == job_id).with_for_update())
-        ).first()
-        return None if row is None else _job(row)
+        """One guarded write, committed with the writes that arrive together
+        (:mod:`gateway.store.writes`)."""
+        return await self._writes.write(Write(job_id, decide, allowed, also))
 
     # --- the terminal write ------------------------------------------------------------
 

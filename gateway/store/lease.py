@@ -45,8 +45,11 @@ class Leasing:
         self._clock = clock
 
 
-def unleased(table: sa.Table, now: datetime) -> sa.ColumnElement[bool]:
-    """Rows nobody holds at ``now`` (never leased, or the lease ran out)."""
+def unleased(
+    table: sa.Table, now: datetime | sa.BindParameter[datetime]
+) -> sa.ColumnElement[bool]:
+    """Rows nobody holds at ``now`` (never leased, or the lease ran out; ``now`` may be
+    bound at execution, in a statement built once)."""
     return sa.or_(table.c.leased_until.is_(None), table.c.leased_until < now)
 
 

@@ -16,7 +16,7 @@ Rules:
 * the ``completed`` event supersedes every not-yet-sent non-terminal event of the job,
   so no non-terminal snapshot is ever sent after the terminal one;
 * each payload is the full prediction, serialised once, as compact JSON, before the
-  transaction that writes it (:meth:`Planner.plan`, then :meth:`Planner.write`).
+  transaction that writes it (:meth:`Planner.plan`, then :meth:`Planner.write_many`).
 """
 
 from __future__ import annotations
@@ -180,33 +180,45 @@ class Planner:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc
         return Plan(events, payload)
 
-    async def write(
-        self, conn: AsyncConnection, old: Job | None, new: Job, plan: Plan, now: datetime
+    async def write_many(
+        self, conn: AsyncConnection, transitions: list[tuple[Job, Job, Plan]], now: datetime
     ) -> int:
-        """Insert (or coalesce) the planned events of ``old -> new``; return how many are new.
+        """Insert (or coalesce) the planned events of the transitions ``old -> new``;
+        return how many rows are new.
 
-        Every state change passes here, so it is also where ``job_transition`` is logged.
+        One ``UPDATE`` supersedes what the finished jobs still had waiting, one ``INSERT``
+        writes every new ``completed`` and ``start`` event; ``output``/``logs`` events are
+        coalesced one by one. Every state change passes here, so it is also where
+        ``job_transition`` is logged.
         """
-        if old is None or old.state is not new.state:
-            log_transition(old, new)
-        events, payload = plan.events, plan.payload
-        if not events or payload is None:
-            return 0
-        if WebhookEvent.COMPLETED in events:
+        finished: list[str] = []
+        rows: list[dict[str, object]] = []
+        coalesced = 0
+        for old, new, plan in transitions:
+            if old.state is not new.state:
+                log_transition(old, new)
+            if not plan.events or plan.payload is None:
+                continue
+            # One snapshot answers every event it triggers; prefer the most specific.
+            event = WebhookEvent.COMPLETED
+            if event not in plan.events:
+                event = next(e for e in WebhookEvent if e in plan.events)
+            if event in (WebhookEvent.OUTPUT, WebhookEvent.LOGS):
+                coalesced += await self._coalesce(conn, new, event, plan.payload, now)
+                continue
+            if event is WebhookEvent.COMPLETED:
+                finished.append(new.id)
+            rows.append(self._row(new, event, plan.payload, now, now))
+        if finished:
             await conn.execute(
                 outbox.update()
-                .where(outbox.c.job_id == new.id, outbox.c.status == DeliveryStatus.PENDING)
+                .where(outbox.c.job_id.in_(finished), outbox.c.status == DeliveryStatus.PENDING)
                 .where(outbox.c.attempts == 0)
                 .values(status=DeliveryStatus.SUPERSEDED)
             )
-            await self._insert(conn, new, WebhookEvent.COMPLETED, payload, now, now)
-            return 1
-        # One snapshot answers every event it triggers; prefer the most specific.
-        event = next(e for e in WebhookEvent if e in events)
-        if event is WebhookEvent.START:
-            await self._insert(conn, new, event, payload, now, now)
-            return 1
-        return await self._coalesce(conn, new, event, payload, now)
+        if rows:
+            await conn.execute(outbox.insert(), rows)
+        return coalesced + len(rows)
 
     async def _coalesce(
         self, conn: AsyncConnection, job: Job, event: WebhookEvent, payload: str, now: datetime
@@ -246,16 +258,20 @@ class Planner:
         now: datetime,
         due: datetime,
     ) -> None:
-        await conn.execute(
-            outbox.insert().values(
-                msg_id=new_msg_id(),
-                job_id=job.id,
-                event=event,
-                url=job.webhook,
-                payload=payload,
-                status=DeliveryStatus.PENDING,
-                attempts=0,
-                created_at=now,
-                next_attempt_at=due,
-            )
-        )
+        await conn.execute(outbox.insert().values(**self._row(job, event, payload, now, due)))
+
+    @staticmethod
+    def _row(
+        job: Job, event: WebhookEvent, payload: str, now: datetime, due: datetime
+    ) -> dict[str, object]:
+        return {
+            "msg_id": new_msg_id(),
+            "job_id": job.id,
+            "event": event,
+            "url": job.webhook,
+            "payload": payload,
+            "status": DeliveryStatus.PENDING,
+            "attempts": 0,
+            "created_at": now,
+            "next_attempt_at": due,
+        }

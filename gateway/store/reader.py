@@ -106,6 +106,12 @@ class SqliteReads:
             return None
         return (_from_sqlite(rows[0]) if rows else None,)
 
+    def jobs(self, job_ids: Sequence[str]) -> list[Job] | None:
+        """The jobs among ``job_ids`` that exist, or None when this reader cannot answer."""
+        marks = ", ".join("?" * len(job_ids))
+        rows = self._rows(f"SELECT {_LIST} FROM jobs WHERE id IN ({marks})", job_ids)  # noqa: S608
+        return None if rows is None else [_from_sqlite(row) for row in rows]
+
     def callback_token(self, job_id: str) -> tuple[tuple[str, str] | None] | None:
         """``((provider, token) or None,)``, or None when this reader cannot answer."""
         rows = self._rows(_CALLBACK_SQL, (job_id,))

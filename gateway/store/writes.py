@@ -1,0 +1,199 @@
+"""Guarded job writes, committed in groups (:mod:`gateway.store.group`).
+
+Every transition of :class:`gateway.store.jobs.JobStore` (a submit recorded, progress, the
+terminal write) is one :class:`Write`: ``decide`` the columns from the job as read, build
+the outbox payload before the transaction (on a worker thread: holding the row lock, and
+SQLite's one connection, meanwhile would stall writers), then write if the locked row is
+still the job that was read; otherwise read and decide again. Writes that arrive
+together (the dispatcher records a round's submits at once, the event processor a
+round's completions) share one read, one transaction and one ``UPDATE`` per set of
+columns; two writes of one job never share a group. A group that fails is run again
+write by write, so a value one job's write cannot store fails that write alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from contracts.errors import ServiceUnavailable
+from contracts.job import Job
+from gateway.clock import Clock
+from gateway.store import ordering, outbox
+from gateway.store.group import Group, update_rows
+from gateway.store.reader import SqliteReads
+from gateway.store.records import job_from_row
+from gateway.store.schema import jobs
+
+__all__ = ["JobWrites", "Write"]
+
+MAX_RACES = 5
+MAX_GROUP = 200  # jobs per group: well under SQLite's bound-parameter limit in IN (...)
+
+
+@dataclass(frozen=True)
+class Write:
+    """One guarded write of a job in one of the states ``allowed``; ``also`` runs in its
+    transaction (e.g. the asset rows of a terminal write)."""
+
+    job_id: str
+    decide: Callable[[Job], dict[str, Any] | None]
+    allowed: Sequence[str]
+    also: Callable[[AsyncConnection], Awaitable[object]] | None = None
+
+
+@dataclass
+class _Ready:
+    index: int
+    write: Write
+    old: Job
+    values: dict[str, Any]
+    predicted: Job
+    plan: outbox.Plan = field(default_factory=outbox.Plan)
+
+
+class JobWrites:
+    """Runs :class:`Write` s in groups (see the module docstring).
+
+    Parameters
+    ----------
+    engine : AsyncEngine
+        The process's engine (owned by the caller).
+    planner : outbox.Planner
+        Decides which outbound webhook events a transition causes.
+    reads : SqliteReads
+        Lock-free reads on SQLite (the engine's otherwise).
+    clock : Clock
+        Injected time source.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, planner: outbox.Planner, reads: SqliteReads, clock: Clock
+    ) -> None:
+        self._engine = engine
+        self._planner = planner
+        self._reads = reads
+        self._clock = clock
+        self._group: Group[Write, Job | None] = Group(
+            "job-writes", self._run, max_items=MAX_GROUP, key=lambda w: w.job_id
+        )
+
+    async def write(self, write: Write) -> Job | None:
+        """The job as written, or None when nothing was written (``decide`` said so, the
+        job is not in an allowed state, or it does not exist)."""
+        return await self._group(write)
+
+    async def _run(self, writes: list[Write]) -> list[Job | BaseException | None]:
+        results: dict[int, Job | BaseException | None] = {}
+        pending = list(range(len(writes)))
+        for attempt in range(MAX_RACES):
+            if not pending:
+                break
+            ready = await self._prepare(writes, pending, results, fast=attempt == 0)
+            pending = await self._commit(ready, results) if ready else []
+        for index in pending:
+            job_id = writes[index].job_id
+            results[index] = ServiceUnavailable(
+                f"prediction {job_id} kept changing while it was written"
+            )
+        return [results[i] for i in range(len(writes))]
+
+    async def _prepare(
+        self, writes: list[Write], pending: list[int], results: dict[int, Any], *, fast: bool
+    ) -> list[_Ready]:
+        """Read the jobs (after a race, through the engine, as the locked read does),
+        decide each write and plan its events (off the event loop)."""
+        olds = await self._read([writes[i].job_id for i in pending], fast=fast)
+        ready = []
+        for index in pending:
+            write = writes[index]
+            old = olds.get(write.job_id)
+            try:
+                values = None
+                if old is not None and old.state.value in write.allowed:
+                    values = write.decide(old)
+            except Exception as exc:  # noqa: BLE001 (that write's caller gets it)
+                results[index] = exc
+                continue
+            if old is None or values is None:
+                results[index] = None
+                continue
+            ready.append(_Ready(index, write, old, values, ordering.predicted(old, values)))
+        if not any(r.old.webhook for r in ready):
+            return ready
+        plans = await asyncio.to_thread(self._plans, ready)
+        planned = []
+        for item, plan in zip(ready, plans, strict=True):
+            if isinstance(plan, BaseException):
+                results[item.index] = plan
+            else:
+                item.plan = plan
+                planned.append(item)
+        return planned
+
+    def _plans(self, ready: list[_Ready]) -> list[outbox.Plan | BaseException]:
+        plans: list[outbox.Plan | BaseException] = []
+        for item in ready:
+            try:
+                plans.append(self._planner.plan(item.old, item.predicted))
+            except Exception as exc:  # noqa: BLE001 (ValueRefused: that write's caller)
+                plans.append(exc)
+        return plans
+
+    async def _commit(self, ready: list[_Ready], results: dict[int, Any]) -> list[int]:
+        """Write the ready ones whose row is unchanged; return the indexes that raced."""
+        ids = sorted(item.old.id for item in ready)  # one lock order in every process
+        raced: list[int] = []
+        async with self._engine.begin() as conn:
+            locked = await _select(conn, ids, lock=True)
+            going = []
+            for item in ready:
+                if locked.get(item.old.id) != item.old:
+                    raced.append(item.index)  # changed since it was read: decide again
+                else:
+                    going.append(item)
+            if not going:
+                return raced
+            await _update(conn, going)
+            written = await _select(conn, [item.old.id for item in going], lock=False)
+            transitions = []
+            for item in going:
+                new = written.get(item.old.id)
+                results[item.index] = new
+                if new is None:
+                    continue
+                plan = item.plan
+                if new != item.predicted:  # the store normalised a value: plan what it holds
+                    plan = self._planner.plan(item.old, new)
+                if item.write.also is not None:
+                    await item.write.also(conn)
+                transitions.append((item.old, new, plan))
+            await self._planner.write_many(conn, transitions, self._clock.now())
+        return raced
+
+    async def _read(self, ids: list[str], *, fast: bool) -> dict[str, Job]:
+        found = self._reads.jobs(ids) if fast else None
+        if found is not None:
+            return {job.id: job for job in found}
+        async with self._engine.connect() as conn:
+            return await _select(conn, ids, lock=False)
+
+
+async def _select(conn: AsyncConnection, ids: list[str], *, lock: bool) -> dict[str, Job]:
+    query = sa.select(jobs).where(jobs.c.id.in_(ids)).order_by(jobs.c.id)
+    if lock:  # FOR NO KEY UPDATE: the id never changes, so new provider events (whose
+        # foreign key takes KEY SHARE on the job) are not held up by a write
+        query = query.with_for_update(key_share=True)
+    return {row.id: job_from_row(row) for row in await conn.execute(query)}
+
+
+async def _update(conn: AsyncConnection, going: list[_Ready]) -> None:
+    """The state the row was read in is the guard: the row is locked and was just
+    checked unchanged."""
+    rows = [({"id": i.old.id, "state": i.old.state.value}, i.values) for i in going]
+    await update_rows(conn, jobs, rows)
