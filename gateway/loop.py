@@ -92,6 +92,8 @@ class Loop(ABC):
                 if not self._outage.failures:
                     wait_s = await self._idle_or_interval()
                 await self._notifier.sleep(self.name, wait_s)
+            else:  # a busy loop still lets requests in (a SQLite call need not yield)
+                await asyncio.sleep(0)
 
     async def _idle_or_interval(self) -> float:
         try:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from contracts.errors import ConfigurationError
+from gateway.store import inline
 
 __all__ = [
     "Engine",
@@ -68,9 +69,12 @@ def create_engine(database_url: str) -> AsyncEngine:
             Path(url.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         # One connection: SQLite has one writer at a time, and queueing on the pool is
         # fair and prompt where SQLite's busy handler would sleep and retry.
+        path = url.database or ":memory:"
         engine = create_async_engine(
             url,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
+            # statements on the event loop thread, a locked database waited for on a
+            # worker thread (gateway/store/inline.py)
+            async_creator=lambda: inline.connect(path, SQLITE_BUSY_TIMEOUT_S),
             pool_size=1,
             max_overflow=0,
             pool_timeout=SQLITE_BUSY_TIMEOUT_S,
@@ -115,7 +119,6 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
