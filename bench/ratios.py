@@ -15,7 +15,7 @@ Each round runs the gateway and its reference one after the other; the ratio of 
 round and the median of the rounds are printed, with the command and the machine.
 
     .venv/bin/python bench/ratios.py [--rounds 3] [--seconds 5] [--connections 32]
-        [--backends sqlite,postgres] [--no-peer]
+        [--backends sqlite,postgres] [--no-peer] [--parts get,latency,reads,create]
 """
 
 from __future__ import annotations
@@ -165,27 +165,30 @@ def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None
             with refs.bare_server(body_file) as bare:
                 bare_url = f"{bare.url}/v1/predictions/{done}"
                 gets = Rounds(f"{backend} GET finished vs bare")
-                for n in range(1, args.rounds + 1):
+                for n in range(1, args.rounds + 1 if "get" in args.parts else 1):
                     gets.round(n, load.wrk(get_url, **wrk_args), load.wrk(bare_url, **wrk_args))
-                summaries.append(gets.summary())
-                summaries.append(f"{backend} " + added_latency(
-                    get_url, bare_url, args.rounds, args.seconds))
-            running_url = f"{gateway.url}/v1/predictions/{running['id']}"
-            result = load.wrk(running_url, **wrk_args)
-            summaries.append(f"{backend + ' GET unfinished':32} {result.line()}")
-            result = load.wrk(f"{gateway.url}/v1/predictions", **wrk_args)
-            summaries.append(f"{backend + ' list (100 a page)':32} {result.line()}")
+                if gets.ratios:
+                    summaries.append(gets.summary())
+                if "latency" in args.parts:
+                    summaries.append(f"{backend} " + added_latency(
+                        get_url, bare_url, args.rounds, args.seconds))
+            if "reads" in args.parts:
+                running_url = f"{gateway.url}/v1/predictions/{running['id']}"
+                result = load.wrk(running_url, **wrk_args)
+                summaries.append(f"{backend + ' GET unfinished':32} {result.line()}")
+                result = load.wrk(f"{gateway.url}/v1/predictions", **wrk_args)
+                summaries.append(f"{backend + ' list (100 a page)':32} {result.line()}")
             script = work / "post.lua"
             script.write_text(POST_LUA.format(body=json.dumps(CREATE_BODY)))
             creates = Rounds(f"{backend} create vs peer")
-            for n in range(1, args.rounds + 1):
+            for n in range(1, args.rounds + 1 if "create" in args.parts else 1):
                 sub = load.wrk(f"{gateway.url}/v1/predictions", script=script, **wrk_args)
                 if peer is None:
                     print(f"  round {n} {creates.label:32} gateway {sub.line()}", flush=True)
                     continue
                 ref = load.wrk(f"{peer.url}/jobs", script=script, **wrk_args)
                 creates.round(n, sub, ref)
-            if peer is not None:
+            if peer is not None and creates.ratios:
                 summaries.append(creates.summary())
         finally:
             gateway.stop()
@@ -199,6 +202,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--no-peer", action="store_true", help="skip the FastAPI peer")
+    parser.add_argument("--parts", default="get,latency,reads,create",
+                        help="which figures (a quicker run): get, latency, reads, create")
     args = parser.parse_args()
     print("command:", " ".join(["python", *sys.argv]))
     load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
