@@ -99,8 +99,9 @@ class Claims(lease.Leasing):
         async with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
-            busy = int((await conn.execute(_in_flight(provider, now))).scalar_one())
-            limit = max_concurrency - busy
+            if (await conn.execute(sa.select(jobs.c.id).where(*waiting).limit(1))).first() is None:
+                return []  # nothing waiting (a round woken by a finished job): no count
+            limit = max_concurrency - (await conn.execute(_in_flight(provider, now))).scalar_one()
             if limit <= 0:
                 return []
             if order is None:
