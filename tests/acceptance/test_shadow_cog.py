@@ -3,7 +3,10 @@ as candidate (coglet 0.23.1, outputs as data: URIs), no gateway in between.
 
 Each server has one prediction slot, so predictions go one at a time. The control runs
 twice per input for the baseline; the report must show the injected difference (the
-colour cast) and nothing else, and a control-vs-control report must show nothing.
+colour cast) and nothing else, and a control-vs-control report must show nothing:
+fewer than 1 % of control-vs-control pairs reported different, at least 99 % of
+control-vs-candidate pairs caught, over 200 pairs of each (docs/shadow.md, "The noise
+model"; about 10 s on this machine, as each prediction takes milliseconds).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from tests.support.shadow import NOISE_MODEL
 
 pytestmark = pytest.mark.cog
 
-BASELINE, PAIRS = 30, 40
+BASELINE = 30
+PAIRS = 200
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +106,18 @@ async def test_real_cog_servers_show_the_colour_cast_and_nothing_else(servers, t
 
     shadow_report = report.build("noise", shifted, baseline)
     assert shadow_report.contract_breaks.count == 0
-    assert shadow_report.differences.count == PAIRS
+    caught = shadow_report.differences.count
+    print(f"control vs candidate: {caught} of {PAIRS} pairs reported different")
+    assert caught >= 0.99 * PAIRS
     reported = {m.measure: m.reported.count for m in shadow_report.measures}
-    assert reported == {name: (PAIRS if name == "image_color" else 0) for name in reported}
+    assert reported["image_color"] == caught
+    others = {name: n for name, n in reported.items() if name != "image_color"}
+    assert others == dict.fromkeys(others, 0)
     assert shadow_report.verdict.decision == "block"
     assert shadow_report.latency["run"]["control"].n == PAIRS
 
     quiet = report.build("noise", again, baseline)
-    assert quiet.differences.count == 0, [m.judgement for m in quiet.worst]
+    print(f"control vs control: {quiet.differences.count} of {PAIRS} pairs reported different")
+    assert quiet.differences.count < 0.01 * PAIRS, [m.judgement for m in quiet.worst]
     page = report.render(await report.with_previews(shadow_report), "html")
     assert page.count('src="data:image/png;base64,') >= 2
