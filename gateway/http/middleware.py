@@ -124,10 +124,21 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     except Exception as exc:  # the boundary: never a traceback to the client
+        if _client_gone(request, exc):  # not the store: nobody is left to answer
+            log.info("client_disconnected", extra={"path": request.path})
+            return problem_response(499, "Client closed request", "the client went away")
         if store_errors.transient(exc):  # away, locked or busy: retry later, say when
             return _store_unavailable(request, exc)
         log.exception("unhandled_error", extra={"path": request.path})
         return problem_response(500, "Internal error", "the gateway failed; see its logs")
+
+
+def _client_gone(request: web.Request, exc: Exception) -> bool:
+    """Whether ``exc`` is aiohttp telling the handler its client disconnected (a body
+    read or a response write on a closed connection), not a store or provider error."""
+    transport = request.transport
+    return isinstance(exc, ConnectionResetError) and (
+        transport is None or transport.is_closing())
 
 
 def _store_unavailable(request: web.Request, exc: Exception) -> web.Response:
