@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _routes(settings: Settings, args: argparse.Namespace) -> int:
+    logs.configure(*routecli.log_setup(args))  # the answer, not the gateway's JSON lines
     try:
         return asyncio.run(routecli.run(settings, args))
     except CutoverError as exc:  # unknown route, bad percent: the reason, exit 1

@@ -13,6 +13,10 @@ ROUTE is the route's ``model`` or ``model:version`` as written in the config. Th
 work on the configured database directly (``--config``), seeding it from the file first
 like a starting gateway; running gateways pick a change up within 2 s. Changes are
 audited with who = ``cli``. Bad input exits 1 with the reason and changes nothing.
+
+Standard output carries the answer alone; standard error only warnings and errors, as
+text lines (not the gateway's JSON log lines): ``--verbose`` adds the info lines
+(migrations applied, routes seeded), ``--log-level`` sets the level outright.
 """
 
 from __future__ import annotations
@@ -31,19 +35,27 @@ from gateway.routecontrol import RouteControl
 from gateway.routesync import seed
 from gateway.routing import Router
 from gateway.shadowpairs import ShadowComparisons
+from gateway.storage import Storage
 from gateway.store import db
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["add_commands", "run"]
+__all__ = ["add_commands", "log_setup", "run"]
 
 FORMATS = ("md", "json", "html")
 
 WHO = "cli"
 
 
-def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], Any]) -> None:
-    """Add ``routes`` and its actions to the ``cutover`` parser's subcommands."""
+def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> None:
+    """Add ``routes`` and its actions to the ``cutover`` parser's subcommands (each with
+    ``shared``'s options, ``--config`` and ``--log-level``)."""
+
+    def common(command: argparse.ArgumentParser) -> Any:
+        command.add_argument("-v", "--verbose", action="store_true",
+                             help="also log info lines (migrations, seeding) to stderr")
+        return shared(command)
+
     routes = sub.add_parser("routes", help="list, show and change routes (canary, shadow)")
     actions = routes.add_subparsers(dest="action", required=True)
     common(actions.add_parser("list", help="every route and its spec"))
@@ -70,9 +82,18 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], Any]) -> 
     report.add_argument("--output", help="write to this file instead of standard output")
 
 
+def log_setup(args: argparse.Namespace) -> tuple[str, str]:
+    """The (level, format) a ``routes`` or ``shadow`` command logs at: ``--log-level``,
+    else INFO with ``--verbose``, else WARNING; always text (the answer is for a person).
+    The configuration's ``[logging]`` is the serving gateway's, not the command's."""
+    return args.log_level or ("INFO" if args.verbose else "WARNING"), "text"
+
+
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    """Run one ``routes`` action; the exit status comes back (errors propagate)."""
+    """Run one ``routes`` action; the exit status comes back (errors propagate). The
+    database engine and the owned storage it opens are closed before it returns."""
     engine = db.create_engine(settings.gateway.database_url)
+    storage: Storage | None = None
     try:
         await db.migrate(engine)
         book = RouteBook(engine)
@@ -80,13 +101,15 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await seed(book, router)
         control = RouteControl(book, routes=router.keys, providers=settings.providers)
         if args.command == "shadow":
+            storage = assembly.storage_for(settings)
             pairs = ShadowComparisons(
-                ShadowStore(engine), assembly.storage_for(settings),
-                public_url=settings.gateway.public_url,
+                ShadowStore(engine), storage, public_url=settings.gateway.public_url,
             )
             return await _report(control, pairs, args)
         return await _act(control, args)
     finally:
+        if storage is not None:
+            await storage.aclose()
         await engine.dispose()
 
 
