@@ -102,7 +102,7 @@ class Guard(Loop):
             key,
             who="guard",
             action="rollback",
-            reason=f"guard: {breach.reason}",
+            reason=breach.reason,  # who is already "guard"
             update={"canary_percent": 0.0},
             evidence=breach.evidence,
             only_if=lambda current: current.canary_percent > 0,

@@ -154,7 +154,7 @@ async def test_a_failure_burst_on_the_candidate_rolls_the_canary_back(canary):
     assert shown["spec"]["canary_percent"] == 0
     last = shown["changes"][0]
     assert (last["who"], last["action"]) == ("guard", "rollback")
-    assert "error rate 100.0% > 30.0% (6 of 6)" in last["reason"]
+    assert last["reason"] == "candidate error rate 100.0% > 30.0% (6 of 6)"  # who says guard
     assert last["evidence"]["candidate"]["failed"] == 6
     metrics = (await (await canary.client.get("/metrics")).text())
     assert f'cutover_guard_rollbacks_total{{route="{ROUTE}"}} 1.0' in metrics  # one label
