@@ -15,16 +15,18 @@ docs/shadow.md, "How the gateway uses it".
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from contracts.errors import CutoverError
 from gateway import guard
 from gateway.route import RouteSpec
 from gateway.storage import LocalStorage, Storage
 from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
-from shadow import compare as comparing
-from shadow import noise
-from shadow import report as reporting
 from shadow.outcome import Outcome, OutputFile, read_path
+
+if TYPE_CHECKING:  # the comparison and report are imported when first used, not at start-up
+    from shadow import compare as comparing
+    from shadow import report as reporting
 
 __all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
 
@@ -72,6 +74,8 @@ class ShadowComparisons:
     async def _compare(self, route: str, pair: ShadowPair) -> StoredComparison:
         control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
         other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
+        from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
+
         compared = await comparing.compare(
             control, other, read=self._read, pair_id=pair.candidate.id
         )
@@ -90,12 +94,16 @@ class ShadowComparisons:
         if fresh:
             await self._shadows.save_comparisons([await self._compare(route, p) for p in fresh])
         kept = await self._shadows.comparisons(route, since, limit, kind=kind)
+        from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
+
         return [comparing.PairComparison.model_validate(c.comparison) for c in kept]
 
     async def pair_stats(self, route: str, spec: RouteSpec, since: datetime) -> guard.PairStats:
         """Candidate pairs since ``since``, their contract breaks, and the breach sentence
         against the guard's ``max_contract_break_rate`` (for :mod:`gateway.guardloop`)."""
         found = await self.compared(route, "shadow", since, GUARD_PAIRS)
+        from shadow import noise  # not at start-up (docs/benchmarks.md)
+
         thresholds = spec.shadow_thresholds
         if spec.guard is not None and spec.guard.max_contract_break_rate is not None:
             thresholds = thresholds.model_copy(
@@ -116,6 +124,8 @@ class ShadowComparisons:
         fmt: reporting.Format = "md",
     ) -> str:
         """The route's shadow-diff report in ``fmt`` (``md``, ``json`` or ``html``)."""
+        from shadow import report as reporting  # not at start-up (docs/benchmarks.md)
+
         candidates = await self.compared(route, "shadow", since)
         baseline = await self.compared(route, "baseline", since)
         built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,

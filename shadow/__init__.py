@@ -15,6 +15,6 @@ Public modules, in the order data flows through them:
 Imports only ``contracts`` (and third-party measures); never the gateway.
 """
 
-from shadow import compare, noise, outcome, policy, report, thresholds
-
+# No submodule is imported here: the gateway reads route settings (``policy``,
+# ``thresholds``) at start-up and needs the comparison modules only when it compares.
 __all__ = ["compare", "noise", "outcome", "policy", "report", "thresholds"]

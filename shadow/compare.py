@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts.job import JobState
 from shadow import media, structure
+from shadow.measures import MEASURES
 from shadow.outcome import Outcome, OutputFile, Reader, read_path
 
 __all__ = [
@@ -38,18 +39,6 @@ __all__ = [
     "error_class",
 ]
 
-MEASURES: dict[str, str] = {
-    "error_class": "both failed, with different error classes (0 or 1)",
-    "list_length": "lists of different lengths (count)",
-    "number": "largest relative difference of numbers at one path (0-1)",
-    "text": "1 - normalized similarity of all output text (0-1)",
-    "file_size": "largest relative size difference of paired files (0-1)",
-    "file_bytes": "share of paired files whose bytes differ (0-1)",
-    "image_size": "largest relative change of width or height (0-1)",
-    "image_phash": "largest perceptual-hash distance (bits, 0-64)",
-    "image_color": "largest per-channel thumbnail difference (levels, 0-255)",
-}
-"""Every drift measure a comparison may carry, with its unit."""
 
 BreakKind = Literal["status", "type", "key", "file_count", "content_type", "undecodable"]
 

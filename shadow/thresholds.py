@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shadow.compare import MEASURES
+from shadow.measures import MEASURES
 
 __all__ = ["DEFAULT_MARGINS", "Thresholds"]
 

@@ -19,12 +19,11 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.replicate import WebhookEvent
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import lease
+from gateway.store import db, lease
 from gateway.store.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
@@ -250,7 +249,7 @@ _DUE = _due()
 async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
     """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
     reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    insert = db.dialect_insert(conn)
     await conn.execute(
         insert(endpoints)
         .values(url=endpoint_key(url), disabled_at=now, reason=reason)

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import lease
+from gateway.store import db, lease
 from gateway.store.group import Group
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events
@@ -120,7 +119,7 @@ class ProviderEvents(lease.Leasing):
             for e in sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
         ]
         async with self._engine.begin() as conn:
-            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            insert = db.dialect_insert(conn)
             statement = (
                 insert(provider_events)
                 .on_conflict_do_nothing(index_elements=["job_id", "event_key"])

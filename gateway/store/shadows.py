@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
+from gateway.store import db
 from gateway.store.schema import assets, jobs, shadow_comparisons
 
 __all__ = ["FileRow", "ShadowPair", "ShadowStore", "StoredComparison"]
@@ -160,7 +160,7 @@ class ShadowStore:
                  "kind": c.kind, "created_at": c.created_at, "compared_at": now,
                  "comparison": c.comparison} for c in found]
         async with self._engine.begin() as conn:
-            insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+            insert = db.dialect_insert(conn)
             await conn.execute(
                 insert(shadow_comparisons).on_conflict_do_nothing(
                     index_elements=[shadow_comparisons.c.shadow_id]
