@@ -142,16 +142,24 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-async def migrate(engine: AsyncEngine) -> None:
+async def migrate(engine: AsyncEngine, *, fresh_script: bool = True) -> None:
     """Apply every alembic migration up to head (idempotent; run at start).
 
     A store already at head is left alone without importing alembic at all (about a fifth
     of the gateway's start-up time): its ``alembic_version`` is compared with the head
-    revision named by the migration files themselves.
+    revision named by the migration files themselves. An empty SQLite database is
+    created at head from one pre-rendered script instead of the migrations
+    (:mod:`gateway.store.freshdb`; ``fresh_script=False`` runs the migrations anyway).
     """
-    if await _version(engine) == head_revision():
+    head = head_revision()
+    if await _version(engine) == head:
         return
     async with engine.begin() as connection:
+        if fresh_script and is_sqlite(engine):
+            from gateway.store import freshdb  # only on a store that is not at head
+
+            if await freshdb.create_at_head(connection, head):
+                return
         await connection.run_sync(_upgrade)
 
 
