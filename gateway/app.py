@@ -42,7 +42,7 @@ from gateway.http import (
     uploads,
 )
 from gateway.http.admin import create_admin_app
-from gateway.http.middleware import auth_middleware, problem_middleware
+from gateway.http.middleware import ApiTokens
 from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop, NextDue
@@ -97,17 +97,13 @@ def create_app(
     """
     gw = settings.gateway
     metrics = Metrics()
-    middlewares = [
-        access.access_middleware,
-        problem_middleware,
-        auth_middleware(assembly.api_tokens(settings)),
-    ]
+    limiter = None
     if settings.limits.enabled:
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
-        middlewares.append(access.limit_middleware(limiter, metrics))
-    app = web.Application(client_max_size=gw.max_body_bytes, middlewares=middlewares)
+    front = access.front_middleware(ApiTokens(assembly.api_tokens(settings)), limiter, metrics)
+    app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
     app[keys.CLOCK] = clock

@@ -9,17 +9,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import sys
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["JsonFormatter", "LineHandler", "TextFormatter", "configure"]
+__all__ = ["JsonFormatter", "LineHandler", "TextFormatter", "configure", "iso_time", "json_sink"]
 
 # datetimes and dataclasses as ``str()`` makes them, as json.dumps(default=str) did
 _AS_JSON_DID = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_last_second = (-1.0, "")  # the last whole second iso_time wrote, and its text
+
+
+def iso_time(created: float) -> str:
+    """``datetime.fromtimestamp(created, UTC).isoformat()`` (``2026-11-30T17:41:15.123456
+    +00:00``, microseconds rounded half to even, left out when zero), with the text of the
+    whole second made once per second: every line carries one."""
+    global _last_second  # one tuple, replaced whole: safe across threads
+    fraction, whole = math.modf(created)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    second = _last_second
+    if whole != second[0]:
+        second = _last_second = (whole, datetime.fromtimestamp(whole, UTC).isoformat()[:-6])
+    return f"{second[1]}.{micros:06d}+00:00" if micros else f"{second[1]}+00:00"
 
 
 class JsonFormatter(logging.Formatter):
@@ -27,7 +44,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         data = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "ts": iso_time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
@@ -83,6 +100,13 @@ class LineHandler(logging.StreamHandler):
             loop.call_soon(self._flush_lines)
         self._lines.append(line)
 
+    def emit_json(self, data: dict[str, Any]) -> None:
+        """Write ``data`` (JSON values only) as one line, as :meth:`emit` writes a record's,
+        without a record: on the event loop thread only (see :func:`json_sink`)."""
+        if not self._lines:
+            asyncio.get_running_loop().call_soon(self._flush_lines)
+        self._lines.append(orjson.dumps(data).decode())
+
     def _flush_lines(self) -> None:
         if not self._lines:
             return
@@ -103,6 +127,33 @@ class LineHandler(logging.StreamHandler):
     def close(self) -> None:
         self._flush_lines()
         super().close()
+
+
+def json_sink(logger: logging.Logger, level: int) -> LineHandler | None:
+    """The :class:`LineHandler` that alone would write ``logger``'s records at ``level``
+    with a :class:`JsonFormatter`, as :func:`configure` sets logging up; None otherwise
+    (the level is off, another handler or a filter is on the way, the text format).
+
+    A hot path (the gateway's ``request`` line) hands such a handler its line directly,
+    without a ``LogRecord``, and the line is the same; with any other set-up (a test
+    capturing records, an application's own handlers) it logs as usual.
+    """
+    if not logger.isEnabledFor(level):
+        return None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        if current.handlers:
+            break
+        current = current.parent if current.propagate else None
+    if current is None or len(current.handlers) != 1:
+        return None
+    handler = current.handlers[0]
+    if (type(handler) is not LineHandler or handler.filters or level < handler.level
+            or type(handler.formatter) is not JsonFormatter):
+        return None
+    return handler
 
 
 def configure(level: str = "INFO", format: str = "json") -> None:

@@ -1,34 +1,42 @@
-"""Request ids, one log line per request, and per-token rate limits (docs/logging.md,
-docs/limits.md).
+"""The gateway's one middleware: request ids, auth, rate limits, problem+json, and one log
+line per request (docs/logging.md, docs/limits.md, docs/replicate-api.md §1, §5.1).
 
-``access_middleware`` (outermost) keeps the caller's ``X-Request-Id`` when it is a sane
-token (up to 128 of ``A-Za-z0-9._:-``), else makes one, returns it on every response
-(streamed ones too, through ``on_response_prepare``), and logs ``request`` with the
+:func:`front_middleware` keeps the caller's ``X-Request-Id`` when it is a sane token (up
+to 128 of ``A-Za-z0-9._:-``), else makes one, and returns it on every response (streamed
+ones too, through :func:`add_request_id` on ``on_response_prepare``); checks the API token
+outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`); applies
+:class:`gateway.ratelimit.Limiter` to requests that carry a token; turns every error into
+problem+json (:func:`gateway.http.middleware.problem_for`); and logs ``request`` with the
 method, the route *template* (never a path with ids or capability tokens in it), the
 status, the duration, the request id and the API token's name (never the token).
-``limit_middleware`` (after auth) applies :class:`gateway.ratelimit.Limiter`.
+
+One middleware rather than one per concern: each is a coroutine layer on every request,
+and a GET of a finished prediction is otherwise little more than aiohttp's own work
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from contracts.errors import CutoverError
-from gateway.http.middleware import TOKEN_NAME, Handler
+from gateway import logs
+from gateway.http.middleware import PUBLIC_PREFIXES, TOKEN_NAME, ApiTokens, Handler, problem_for
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter
 
-__all__ = ["REQUEST_ID", "RateLimited", "access_middleware", "limit_middleware", "route_of"]
+__all__ = ["REQUEST_ID", "RateLimited", "add_request_id", "front_middleware", "route_of"]
 
 log = logging.getLogger("gateway.access")
 REQUEST_ID = web.RequestKey("request_id", str)
-_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_new_id = random.Random().getrandbits  # noqa: S311 (an id to correlate logs, not a secret)
 
 
 class RateLimited(CutoverError):
@@ -54,55 +62,74 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
         response.headers["X-Request-Id"] = request[REQUEST_ID]
 
 
-@web.middleware
-async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    given = request.headers.get("X-Request-Id", "")
-    request_id = given if _REQUEST_ID_RE.match(given) else secrets.token_hex(16)
-    request[REQUEST_ID] = request_id
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        exc.headers["X-Request-Id"] = request_id
-        raise
-    finally:
-        log.info(
-            "request",
-            extra={
-                "method": request.method,
-                "route": route_of(request),
-                "status": status,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                "request_id": request_id,
-                "token": request.get(TOKEN_NAME),
-            },
+def front_middleware(
+    tokens: ApiTokens, limiter: Limiter | None = None, metrics: Metrics | None = None
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The middleware of the module docstring; ``limiter`` (with ``metrics`` to count the
+    refusals) when rate limits are on."""
+
+    @web.middleware
+    async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("X-Request-Id")
+        if given is None or _REQUEST_ID_RE.fullmatch(given) is None:
+            given = f"{_new_id(128):032x}"
+        request[REQUEST_ID] = given
+        started = time.perf_counter()
+        status = 500
+        try:
+            try:
+                if not request.path.startswith(PUBLIC_PREFIXES):
+                    name = tokens.name_of(request.headers.get("Authorization"))
+                    request[TOKEN_NAME] = name
+                    if limiter is not None:
+                        _limit(limiter, metrics, request, name)
+                response = await handler(request)
+            except Exception as exc:  # noqa: BLE001 (the boundary: no traceback to a client)
+                response = problem_for(request, exc)  # re-raises a redirect
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            exc.headers["X-Request-Id"] = given
+            raise
+        finally:
+            _log_request(request, status, started, given)
+
+    return front
+
+
+def _limit(limiter: Limiter, metrics: Metrics | None, request: web.Request, name: str) -> None:
+    """429 for an API token over its bucket; creates and other requests count apart."""
+    create = request.method == "POST" and route_of(request).endswith("/predictions")
+    kind = "create" if create else "other"
+    wait_s = limiter.check(name, kind)
+    if wait_s:
+        if metrics is not None:
+            metrics.rate_limited.labels(name, kind).inc()
+        raise RateLimited(
+            f"Request was throttled. Expected available in {wait_s} second"
+            + ("s." if wait_s != 1 else "."),
+            retry_after_s=wait_s,
         )
 
 
-def limit_middleware(
-    limiter: Limiter, metrics: Metrics
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """429 for an API token over its bucket; creates and other requests count apart."""
-
-    @web.middleware
-    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        name = request.get(TOKEN_NAME)
-        if name is None:  # public routes carry no token
-            return await handler(request)
-        create = request.method == "POST" and route_of(request).endswith("/predictions")
-        kind = "create" if create else "other"
-        wait_s = limiter.check(name, kind)
-        if wait_s:
-            metrics.rate_limited.labels(name, kind).inc()
-            raise RateLimited(
-                f"Request was throttled. Expected available in {wait_s} second"
-                + ("s." if wait_s != 1 else "."),
-                retry_after_s=wait_s,
-            )
-        return await handler(request)
-
-    return limit
+def _log_request(request: web.Request, status: int, started: float, request_id: str) -> None:
+    """The ``request`` line: straight to the JSON line handler when it alone would write
+    it (:func:`gateway.logs.json_sink`: the same line, without a ``LogRecord``, a tenth of
+    a GET's cost otherwise), else through ``log`` as usual."""
+    sink = logs.json_sink(log, logging.INFO)
+    if sink is None and not log.isEnabledFor(logging.INFO):
+        return
+    fields = {
+        "method": request.method,
+        "route": route_of(request),
+        "status": status,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        "request_id": request_id,
+        "token": request.get(TOKEN_NAME),
+    }
+    if sink is not None:
+        sink.emit_json({"ts": logs.iso_time(time.time()), "level": "info", "logger": log.name,
+                        "event": "request", **fields})
+        return
+    log.info("request", extra=fields)

@@ -1,9 +1,10 @@
 """HTTP plumbing shared by every handler: problem+json errors, auth, JSON bodies.
 
-One middleware turns every error into an RFC 9457 problem document
+:func:`problem_for` turns every error into an RFC 9457 problem document
 (``application/problem+json``, docs/replicate-api.md §5.1); no traceback ever reaches a
-client. Another checks the API token (``Authorization: Bearer <token>`` or the legacy
-``Token <token>``, §1) on the Replicate API routes.
+client. :class:`ApiTokens` checks the API token (``Authorization: Bearer <token>`` or the
+legacy ``Token <token>``, §1) on the Replicate API routes. The gateway's one middleware
+(:func:`gateway.http.access.front_middleware`) applies both.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ __all__ = [
     "PUBLIC_PREFIXES",
     "SCOPE_CHARS",
     "TOKEN_NAME",
+    "ApiTokens",
     "Handler",
-    "auth_middleware",
     "json_response",
     "parse_body",
     "presented_token",
-    "problem_middleware",
+    "problem_for",
     "problem_response",
     "token_scope",
 ]
@@ -102,12 +103,16 @@ def problem_response(status: int, title: str, detail: str) -> web.Response:
     )
 
 
-@web.middleware
-async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every error to problem+json; log unexpected ones with context."""
-    try:
-        return await handler(request)
-    except CutoverError as exc:
+def problem_for(request: web.Request, exc: Exception) -> web.Response:
+    """The problem+json response for an error a handler raised (docs/replicate-api.md
+    §5.1); unexpected errors are logged with context, never shown to the client.
+
+    Raises
+    ------
+    web.HTTPException
+        ``exc`` itself when it is an HTTP exception under 400 (a redirect): not an error.
+    """
+    if isinstance(exc, CutoverError):
         response = problem_response(exc.status, exc.title, exc.detail)
         retry_after = getattr(exc, "retry_after_s", None)
         if retry_after is None and exc.status == 503:
@@ -115,22 +120,21 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         if retry_after is not None:
             response.headers["Retry-After"] = str(max(1, round(retry_after)))
         return response
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         detail = _http_detail(request, exc)
         response = problem_response(exc.status, _HTTP_TITLES.get(exc.status, exc.reason), detail)
         if "Allow" in exc.headers:  # a 405 must say what is allowed (RFC 9110 §15.5.6)
             response.headers["Allow"] = exc.headers["Allow"]
         return response
-    except Exception as exc:  # the boundary: never a traceback to the client
-        if _client_gone(request, exc):  # not the store: nobody is left to answer
-            log.info("client_disconnected", extra={"path": request.path})
-            return problem_response(499, "Client closed request", "the client went away")
-        if store_errors.transient(exc):  # away, locked or busy: retry later, say when
-            return _store_unavailable(request, exc)
-        log.exception("unhandled_error", extra={"path": request.path})
-        return problem_response(500, "Internal error", "the gateway failed; see its logs")
+    if _client_gone(request, exc):  # not the store: nobody is left to answer
+        log.info("client_disconnected", extra={"path": request.path})
+        return problem_response(499, "Client closed request", "the client went away")
+    if store_errors.transient(exc):  # away, locked or busy: retry later, say when
+        return _store_unavailable(request, exc)
+    log.error("unhandled_error", exc_info=exc, extra={"path": request.path})
+    return problem_response(500, "Internal error", "the gateway failed; see its logs")
 
 
 def _client_gone(request: web.Request, exc: Exception) -> bool:
@@ -164,40 +168,53 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     return exc.text or exc.reason
 
 
-def auth_middleware(
-    tokens: Iterable[str] | Mapping[str, str],
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Require one of ``tokens`` on every route outside :data:`PUBLIC_PREFIXES`.
+class ApiTokens:
+    """The API tokens accepted outside :data:`PUBLIC_PREFIXES`, and who presents them.
 
     ``tokens`` maps a name to each token (a plain iterable names them ``token-1``,
-    ``token-2``...); the caller's token name, never the token, is left in
-    ``request[TOKEN_NAME]`` for logs and rate limits.
+    ``token-2``...). :meth:`name_of` compares the presented token with every accepted one
+    in constant time, then remembers the ``Authorization`` value that passed (at most
+    :data:`MAX_REMEMBERED` of them), so the same header is answered by one dictionary
+    lookup next time. Only accepted values are remembered: a refused header is compared
+    again every time, and no number of refused headers grows the memory.
     """
-    named = (
-        dict(tokens)
-        if isinstance(tokens, Mapping)
-        else {f"token-{i}": t for i, t in enumerate(tokens, start=1)}
-    )
-    accepted = [(name, t.encode()) for name, t in named.items()]
 
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(PUBLIC_PREFIXES):
-            return await handler(request)
-        token = bearer_token(request.headers.get("Authorization"), _API_SCHEMES)
+    MAX_REMEMBERED = 64
+
+    def __init__(self, tokens: Iterable[str] | Mapping[str, str]) -> None:
+        named = (
+            dict(tokens)
+            if isinstance(tokens, Mapping)
+            else {f"token-{i}": t for i, t in enumerate(tokens, start=1)}
+        )
+        self._accepted = [(name, t.encode()) for name, t in named.items()]
+        self._passed: dict[str, str] = {}
+
+    def name_of(self, authorization: str | None) -> str:
+        """The name of the token ``authorization`` (the header's value) carries.
+
+        Raises
+        ------
+        Unauthenticated
+            No token, or not one of the accepted tokens (401).
+        """
+        if authorization is not None:
+            name = self._passed.get(authorization)
+            if name is not None:
+                return name
+        token = bearer_token(authorization, _API_SCHEMES)
         presented = token.encode(errors="surrogateescape")
         if not presented:
             raise Unauthenticated("You did not pass an authentication token")
         found = None
-        for name, expected in accepted:  # every comparison runs: constant time overall
+        for name, expected in self._accepted:  # every comparison runs: constant time overall
             if hmac.compare_digest(presented, expected) and found is None:
                 found = name
         if found is None:
             raise Unauthenticated("You did not pass a valid authentication token")
-        request[TOKEN_NAME] = found
-        return await handler(request)
-
-    return check
+        if authorization is not None and len(self._passed) < self.MAX_REMEMBERED:
+            self._passed[authorization] = found
+        return found
 
 
 async def parse_body(request: web.Request, model: type[M]) -> M:

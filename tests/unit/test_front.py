@@ -1,0 +1,115 @@
+"""The request path's shortcuts say what the long way says: the ``request`` line written
+without a record (``gateway.logs.json_sink``), its timestamps (``iso_time``), and the API
+token check that remembers the headers it accepted (``ApiTokens``)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from contracts.errors import Unauthenticated
+from gateway import logs
+from gateway.http.middleware import ApiTokens
+
+
+@pytest.mark.parametrize(
+    "created",
+    [0.0, 1.0, 1_700_000_000.0, 1_700_000_000.5, 1_700_000_000.0000005,
+     1_700_000_000.9999995, 1_700_000_000.1234565, 2_000_000_000.999999],
+)
+def test_iso_time_is_isoformat(created: float) -> None:
+    assert logs.iso_time(created) == datetime.fromtimestamp(created, UTC).isoformat()
+
+
+def test_iso_time_is_isoformat_at_random() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        created = rng.uniform(0, 4e9)
+        assert logs.iso_time(created) == datetime.fromtimestamp(created, UTC).isoformat()
+
+
+@pytest.fixture
+def configured() -> Iterator[io.StringIO]:
+    """``logs.configure`` on a stream of our own (pytest's capturing handlers taken off
+    the root logger meanwhile); the root logger restored afterwards."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    logs.configure("INFO")
+    stream = io.StringIO()
+    root.handlers[0].setStream(stream)  # type: ignore[attr-defined]
+    try:
+        yield stream
+    finally:
+        root.handlers[:], root.level = saved
+
+
+def only_ours() -> None:
+    """Drop the handlers pytest added to the root logger for this test's call."""
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if isinstance(h, logs.LineHandler)]
+
+
+def test_the_direct_line_is_the_formatted_record(configured: io.StringIO) -> None:
+    only_ours()
+    log = logging.getLogger("gateway.access")
+    sink = logs.json_sink(log, logging.INFO)
+    assert isinstance(sink, logs.LineHandler)
+    fields = {"method": "GET", "route": "/v1/predictions/{id}", "status": 200,
+              "duration_ms": 0.25, "request_id": "abc", "token": None}
+    record = log.makeRecord(log.name, logging.INFO, __file__, 1, "request", (), None,
+                            extra=fields)
+    formatted = logs.JsonFormatter().format(record)
+
+    async def write() -> None:
+        sink.emit_json({"ts": logs.iso_time(record.created), "level": "info",
+                        "logger": log.name, "event": "request", **fields})
+
+    asyncio.run(write())  # written at the end of the loop iteration
+    assert configured.getvalue() == formatted + "\n"
+    assert list(json.loads(formatted)) == ["ts", "level", "logger", "event", *fields]
+
+
+def test_no_direct_line_when_anything_else_would_see_the_record(
+    configured: io.StringIO,
+) -> None:
+    only_ours()
+    log = logging.getLogger("gateway.access")
+    assert logs.json_sink(log, logging.INFO) is not None
+    assert logs.json_sink(log, logging.DEBUG) is None  # below the level
+    other = logging.Handler()
+    logging.getLogger("gateway").addHandler(other)  # another handler on the way
+    assert logs.json_sink(log, logging.INFO) is None
+    logging.getLogger("gateway").removeHandler(other)
+    log.addFilter(lambda record: True)
+    try:
+        assert logs.json_sink(log, logging.INFO) is None  # a filter on the way
+    finally:
+        log.filters.clear()
+    logging.getLogger().handlers[0].setFormatter(logs.TextFormatter())
+    assert logs.json_sink(log, logging.INFO) is None  # the text format
+
+
+def test_api_tokens_remember_only_what_they_accepted() -> None:
+    tokens = ApiTokens({"app": "r8_a", "other": "r8_b"})
+    assert tokens.name_of("Bearer r8_a") == "app"
+    assert tokens.name_of("Bearer r8_a") == "app"  # remembered
+    assert tokens.name_of("Token r8_b") == "other"  # the legacy scheme
+    for refused in (None, "", "Bearer", "Bearer r8_c", "Basic r8_a", "Bearer r8_a2"):
+        with pytest.raises(Unauthenticated):
+            tokens.name_of(refused)
+    with pytest.raises(Unauthenticated):
+        tokens.name_of("Bearer r8_c")  # refused again: never remembered
+    for n in range(ApiTokens.MAX_REMEMBERED * 2):  # header variants of one token
+        assert tokens.name_of("Bearer " + " " * n + "r8_a") == "app"
+    assert len(tokens._passed) == ApiTokens.MAX_REMEMBERED  # bounded
+
+
+def test_api_tokens_from_a_plain_list() -> None:
+    assert ApiTokens(["r8_x", "r8_y"]).name_of("bearer r8_y") == "token-2"
