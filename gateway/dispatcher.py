@@ -34,7 +34,7 @@ from typing import Any
 from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import boundary, fairness
+from gateway import boundary, fairness, logs
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.finalizer import Finalizer
@@ -213,7 +213,7 @@ class Dispatcher(Loop):
             await self._finished_meanwhile(provider, job, request, snapshot)
             return
         self._notifier.job_changed(job.id, updated)
-        log.info("job_submitted", extra={"job_id": job.id, "provider": provider.name})
+        logs.info(log, "job_submitted", {"job_id": job.id, "provider": provider.name})
 
     async def _finished_meanwhile(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot

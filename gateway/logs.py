@@ -11,12 +11,15 @@ import json
 import logging
 import math
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import orjson
 
-__all__ = ["JsonFormatter", "LineHandler", "TextFormatter", "configure", "iso_time", "json_sink"]
+__all__ = [
+    "JsonFormatter", "LineHandler", "TextFormatter", "configure", "info", "iso_time", "json_sink",
+]
 
 # datetimes and dataclasses as ``str()`` makes them, as json.dumps(default=str) did
 _AS_JSON_DID = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -154,6 +157,19 @@ def json_sink(logger: logging.Logger, level: int) -> LineHandler | None:
             or type(handler.formatter) is not JsonFormatter):
         return None
     return handler
+
+
+def info(logger: logging.Logger, event: str, fields: dict[str, Any]) -> None:
+    """``logger.info(event, extra=fields)``; on the event loop thread, when
+    :func:`json_sink` finds the line handler alone on the way, the same line is handed to
+    it directly (no ``LogRecord``: a few microseconds instead of about ten). ``fields``:
+    JSON values only (str, int, float, bool, None, lists and dicts of them)."""
+    sink = json_sink(logger, logging.INFO)
+    if sink is None or asyncio._get_running_loop() is None:
+        logger.info(event, extra=fields, stacklevel=2)
+        return
+    sink.emit_json({"ts": iso_time(time.time()), "level": "info", "logger": logger.name,
+                    "event": event, **fields})
 
 
 def configure(level: str = "INFO", format: str = "json") -> None:

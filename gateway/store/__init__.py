@@ -1,7 +1,8 @@
 """The store: the only home of SQL and the only importer of SQLAlchemy.
 
-``db`` (the engine, migrations), ``schema`` (tables), ``jobs`` and ``claims`` (the job
-store: guarded transitions, and the queue of leases and cancels), ``records`` (what it
+``db`` (the engine, migrations), ``schema`` (tables), ``jobs``, ``claims`` and
+``dispatching`` (the job store: guarded transitions, the queue of leases and cancels, the
+dispatcher's claim), ``creates`` (new jobs committed in groups), ``records`` (what it
 takes and returns), ``ordering`` (when a snapshot is older than the job), ``errors``
 (transient or refused), ``outbox`` (webhook events written inside a job's transaction),
 ``events`` (provider events), ``deliveries`` and ``deadletters`` (outbox rows on their way

@@ -2,153 +2,35 @@
 
 :class:`Claims` is the half of :class:`gateway.store.jobs.JobStore` that picks jobs for
 the loops (dispatcher, poller, reaper) and hands them back: claims take a time-limited
-lease (:mod:`gateway.store.lease`), a release says when the job is due again.
+lease (:mod:`gateway.store.lease`), a release says when the job is due again. The
+dispatcher's claim is :class:`gateway.store.dispatching.DispatchClaims`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
-from gateway.fairness import Candidate
 from gateway.store import lease
-from gateway.store.ordering import lock_key
+from gateway.store.dispatching import MAYBE_SUBMITTED, RESUBMITTING, SUBMITTING, DispatchClaims
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["MAYBE_SUBMITTED", "RESUBMITTING", "SUBMITTING", "Claims"]
+__all__ = ["MAYBE_SUBMITTED", "RESUBMITTING", "SUBMITTING", "Claims"]  # the first three
+# are gateway.store.dispatching's, where the dispatcher's claim sets them
 
-SUBMITTING = "submitting"
-"""``raw_status`` of a job claimed for dispatch: its submit may be on the wire."""
-RESUBMITTING = "resubmitting"
-"""``raw_status`` of a job claimed for dispatch again after a submit that may have
-reached the provider; the dispatcher defers it under this status whatever the new
-submit's answer (a busy provider says nothing about the earlier submit)."""
-MAYBE_SUBMITTED = (SUBMITTING, RESUBMITTING, "unreachable")
-"""``raw_status`` values of unsubmitted jobs the provider may nevertheless have: a claim
-whose process died during the submit, or a submit that failed in transit (timeout, 5xx).
-Such a job is never ended here as "never submitted": it goes back to the dispatcher,
-whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
-provider (docs/reliability.md, "Crash soak")."""
-
-
-def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
-    """How many jobs ``provider`` has in flight: submitted and active, or leased for
-    dispatch right now (a submit under way in some process)."""
-    return (
-        sa.select(sa.func.count())
-        .select_from(jobs)
-        .where(
-            jobs.c.provider == provider,
-            jobs.c.state.in_(_ACTIVE),
-            sa.or_(
-                jobs.c.submitted_at.is_not(None),
-                sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
-            ),
-        )
-    )
-
-
-class Claims(lease.Leasing):
+class Claims(DispatchClaims):
     """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id`` (:meth:`gateway.store.jobs.JobStore.get`)."""
         raise NotImplementedError
-
-    async def claim_dispatch(
-        self,
-        provider: str,
-        max_concurrency: int,
-        order: Callable[[list[Candidate], int], list[Candidate]] | None = None,
-    ) -> list[Job]:
-        """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
-        provider's jobs in flight (submitted and active, or leased for dispatch right now,
-        by any process).
-
-        Count and claim are one transaction serialised per provider (a transaction-scoped
-        advisory lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so the limit holds
-        across gateway processes. Without ``order``, oldest first. With it
-        (:func:`gateway.fairness.fair_order`), each API token's first waiting jobs (by
-        priority, then age) are the candidates (a window function, so a token with
-        thousands waiting cannot crowd the others out) and ``order`` picks which go.
-        """
-        now = self._clock.now()
-        waiting = [
-            jobs.c.provider == provider,
-            jobs.c.state.in_(_UNSUBMITTED),
-            jobs.c.submitted_at.is_(None),
-            sa.or_(
-                jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # canceled or not: see above
-                sa.and_(
-                    jobs.c.cancel_requested_at.is_(None),
-                    sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
-                ),
-            ),
-            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
-            lease.unleased(jobs, now),
-        ]
-        rank: dict[str, int] | None = None
-        async with self._engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
-            if (await conn.execute(sa.select(jobs.c.id).where(*waiting).limit(1))).first() is None:
-                return []  # nothing waiting (a round woken by a finished job): no count
-            limit = max_concurrency - (await conn.execute(_in_flight(provider, now))).scalar_one()
-            if limit <= 0:
-                return []
-            if order is None:
-                due = (
-                    sa.select(jobs.c.id)
-                    .where(*waiting)
-                    .order_by(jobs.c.created_at, jobs.c.id)
-                    .limit(limit)
-                )
-            else:
-                chosen = order(await self._candidates(conn, waiting, limit), limit)
-                if not chosen:
-                    return []
-                due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
-                rank = {c.id: i for i, c in enumerate(chosen)}
-            until = now + self._lease_length
-            maybe = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING),
-                            else_=SUBMITTING)
-            rows = await lease.claim(
-                conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
-            )
-        found = [_job(row) for row in rows]
-        return found if rank is None else sorted(found, key=lambda job: rank[job.id])
-
-    async def _candidates(
-        self, conn: AsyncConnection, waiting: list[Any], per_owner: int
-    ) -> list[Candidate]:
-        position = sa.func.row_number().over(
-            partition_by=jobs.c.owner,
-            order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
-        )
-        ranked = (
-            sa.select(
-                jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
-                position.label("position"),
-            )
-            .where(*waiting)
-            .subquery()
-        )
-        query = (
-            sa.select(ranked)
-            .where(ranked.c.position <= per_owner)
-            .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
-            .limit(max(per_owner * 64, 512))
-        )
-        rows = await conn.execute(query)
-        return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
 
     async def claim_fetch(self, limit: int, early_s: float = 0.0) -> list[Job]:
         """Lease up to ``limit`` submitted, active jobs whose next check is due, or due

@@ -155,6 +155,9 @@ class JobStore(Claims):
 
     async def callback_token(self, job_id: str) -> tuple[str, str] | None:
         """``(provider, callback_token)`` of a job, or None if unknown."""
+        claimed = self.claimed_token(job_id)  # the dispatcher's submit right after its claim
+        if claimed is not None:
+            return claimed
         fast = self.fast_reads.callback_token(job_id)
         if fast is not None:
             return fast[0]

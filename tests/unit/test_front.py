@@ -96,6 +96,21 @@ def test_no_direct_line_when_anything_else_would_see_the_record(
     assert logs.json_sink(log, logging.INFO) is None  # the text format
 
 
+def test_info_is_a_record_when_something_else_listens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    log = logging.getLogger("gateway.dispatcher")
+
+    async def write() -> None:
+        logs.info(log, "job_submitted", {"job_id": "abc", "provider": "fake"})
+
+    asyncio.run(write())
+    (record,) = [r for r in caplog.records if r.getMessage() == "job_submitted"]
+    assert (record.job_id, record.provider) == ("abc", "fake")  # type: ignore[attr-defined]
+    assert record.filename == "test_front.py"  # the caller's line, not gateway/logs.py
+
+
 def test_api_tokens_remember_only_what_they_accepted() -> None:
     tokens = ApiTokens({"app": "r8_a", "other": "r8_b"})
     assert tokens.name_of("Bearer r8_a") == "app"

@@ -1,0 +1,202 @@
+"""The dispatcher's claim: unsubmitted, due jobs of a provider, within its concurrency.
+
+:class:`DispatchClaims` is the part of :class:`gateway.store.claims.Claims` (and so of
+:class:`gateway.store.jobs.JobStore`) the dispatcher calls once a round per provider. A
+round is one transaction serialised per provider (a transaction-scoped advisory lock on
+PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so ``max_concurrency`` holds across gateway
+processes. Its statements, in order:
+
+1. the waiting jobs, oldest first, at most :data:`SMALL_ROUND` + 1 (none: the round ends
+   here, without a count);
+2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs; on
+   SQLite, when the jobs table has never held half as many rows as ``max_concurrency``,
+   ``max(rowid)`` stands for it: no more jobs than that can be in flight, and the
+   round may still take at least half the limit);
+3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
+   token's first waiting jobs by priority and age (a window function), for the fair order
+   (:func:`gateway.fairness.fair_order`) to choose from;
+4. the lease of the chosen jobs, returning their rows.
+
+Each claimed job's callback token comes back with its row and is kept until the next
+round, so the submit that follows does not read it again (:meth:`claimed_token`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from contracts.job import Job
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.fairness import Candidate
+from gateway.store import lease
+from gateway.store.ordering import lock_key
+from gateway.store.records import ACTIVE as _ACTIVE
+from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
+from gateway.store.records import job_from_row as _job
+from gateway.store.schema import jobs
+
+__all__ = ["MAYBE_SUBMITTED", "RESUBMITTING", "SMALL_ROUND", "SUBMITTING", "DispatchClaims"]
+
+SUBMITTING = "submitting"
+"""``raw_status`` of a job claimed for dispatch: its submit may be on the wire."""
+RESUBMITTING = "resubmitting"
+"""``raw_status`` of a job claimed for dispatch again after a submit that may have
+reached the provider; the dispatcher defers it under this status whatever the new
+submit's answer (a busy provider says nothing about the earlier submit)."""
+MAYBE_SUBMITTED = (SUBMITTING, RESUBMITTING, "unreachable")
+"""``raw_status`` values of unsubmitted jobs the provider may nevertheless have: a claim
+whose process died during the submit, or a submit that failed in transit (timeout, 5xx).
+Such a job is never ended here as "never submitted": it goes back to the dispatcher,
+whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
+provider (docs/reliability.md, "Crash soak")."""
+SMALL_ROUND = 512
+"""Waiting jobs a round orders without the window function, when all of them may go."""
+
+_ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
+
+
+def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
+    """How many jobs ``provider`` has in flight: submitted and active, or leased for
+    dispatch right now (a submit under way in some process)."""
+    return (
+        sa.select(sa.func.count())
+        .select_from(jobs)
+        .where(
+            jobs.c.provider == provider,
+            jobs.c.state.in_(_ACTIVE),
+            sa.or_(
+                jobs.c.submitted_at.is_not(None),
+                sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
+            ),
+        )
+    )
+
+
+class DispatchClaims(lease.Leasing):
+    """The dispatcher's claim (see the module docstring)."""
+
+    def __init__(
+        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self._claimed_tokens: dict[str, tuple[str, str]] = {}  # the last round's, by job id
+
+    def claimed_token(self, job_id: str) -> tuple[str, str] | None:
+        """``(provider, callback_token)`` of a job the last dispatch round claimed, else
+        None. A job's callback token never changes, so the one the claim read is the one
+        the store holds."""
+        return self._claimed_tokens.get(job_id)
+
+    async def claim_dispatch(
+        self,
+        provider: str,
+        max_concurrency: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None = None,
+    ) -> list[Job]:
+        """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
+        provider's jobs in flight (submitted and active, or leased for dispatch right now,
+        by any process).
+
+        Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
+        each API token's first waiting jobs (by priority, then age) are the candidates (a
+        window function, so a token with thousands waiting cannot crowd the others out)
+        and ``order`` picks which go; when every waiting job may go, they all are the
+        candidates. The round's statements: the module docstring.
+        """
+        now = self._clock.now()
+        waiting = [
+            jobs.c.provider == provider,
+            jobs.c.state.in_(_UNSUBMITTED),
+            jobs.c.submitted_at.is_(None),
+            sa.or_(
+                jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # canceled or not: see above
+                sa.and_(
+                    jobs.c.cancel_requested_at.is_(None),
+                    sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+                ),
+            ),
+            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
+            lease.unleased(jobs, now),
+        ]
+        rank: dict[str, int] | None = None
+        async with self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
+            head = [
+                Candidate(r.id, r.owner or "", r.priority, r.created_at)
+                for r in await conn.execute(
+                    sa.select(jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
+                    .where(*waiting)
+                    .order_by(jobs.c.created_at, jobs.c.id)
+                    .limit(SMALL_ROUND + 1)
+                )
+            ]
+            if not head:
+                return []  # nothing waiting (a round woken by a finished job): no count
+            limit = max_concurrency - await self._in_flight(conn, provider, now, max_concurrency)
+            if limit <= 0:
+                return []
+            all_fit = len(head) <= min(limit, SMALL_ROUND)
+            if order is None:
+                due = (
+                    sa.select(jobs.c.id)
+                    .where(*waiting)
+                    .order_by(jobs.c.created_at, jobs.c.id)
+                    .limit(limit)
+                )
+            else:
+                candidates = head if all_fit else await self._candidates(conn, waiting, limit)
+                chosen = order(candidates, limit)
+                if not chosen:
+                    return []
+                due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
+                rank = {c.id: i for i, c in enumerate(chosen)}
+            until = now + self._lease_length
+            maybe = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING),
+                            else_=SUBMITTING)
+            rows = await lease.claim(
+                conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
+            )
+        self._claimed_tokens = {row.id: (row.provider, row.callback_token) for row in rows}
+        found = [_job(row) for row in rows]
+        return found if rank is None else sorted(found, key=lambda job: rank[job.id])
+
+    async def _in_flight(
+        self, conn: AsyncConnection, provider: str, now: datetime, max_concurrency: int
+    ) -> int:
+        """The provider's jobs in flight, or on SQLite a number no smaller when that leaves
+        the round at least half of ``max_concurrency`` (the module docstring)."""
+        if conn.dialect.name == "sqlite":
+            rows_ever = int((await conn.execute(_ROWS_EVER)).scalar() or 0)
+            if rows_ever * 2 <= max_concurrency:
+                return rows_ever
+        return int((await conn.execute(_in_flight(provider, now))).scalar_one())
+
+    async def _candidates(
+        self, conn: AsyncConnection, waiting: list[Any], per_owner: int
+    ) -> list[Candidate]:
+        position = sa.func.row_number().over(
+            partition_by=jobs.c.owner,
+            order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
+        )
+        ranked = (
+            sa.select(
+                jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
+                position.label("position"),
+            )
+            .where(*waiting)
+            .subquery()
+        )
+        query = (
+            sa.select(ranked)
+            .where(ranked.c.position <= per_owner)
+            .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
+            .limit(max(per_owner * 64, 512))
+        )
+        rows = await conn.execute(query)
+        return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
