@@ -66,16 +66,26 @@ class App:
 
 
 async def tokens(database_url: str, ids: list[str]) -> dict[str, str]:
-    query = "SELECT id, callback_token FROM jobs"
+    """The callback tokens of the submitted jobs among ``ids``."""
+    query = "SELECT id, callback_token FROM jobs WHERE submitted_at IS NOT NULL"
     if database_url.startswith("sqlite"):
         path = database_url.split(":///", 1)[1]
         with contextlib.closing(sqlite3.connect(path)) as conn:
-            return dict(conn.execute(query).fetchall())
-    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        return {r["id"]: r["callback_token"] for r in await conn.fetch(query)}
-    finally:
-        await conn.close()
+            found = dict(conn.execute(query).fetchall())
+    else:
+        dsn = database_url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            found = {r["id"]: r["callback_token"] for r in await conn.fetch(query)}
+        finally:
+            await conn.close()
+    return {i: found[i] for i in ids if i in found}
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, seconds: float
@@ -90,8 +100,11 @@ async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, secon
             batch = [http.post(f"{gateway.url}/v1/predictions", json=body)
                      for _ in range(min(64, count - start))]
             ids += [r.json()["id"] for r in await asyncio.gather(*batch)]
-        await asyncio.sleep(1.0)  # let the dispatcher submit them all
         secret = await tokens(url, ids)
+        while len(secret) < len(ids):  # the dispatcher submits them all first
+            await asyncio.sleep(0.2)
+            secret = await tokens(url, ids)
+        cpu_before = cpu_s(gateway.pid)
         sent: dict[str, float] = {}
 
         # The provider's side sends through aiohttp: httpx's pool costs the sender more
@@ -120,13 +133,15 @@ async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, secon
             sent_rate = count / (time.perf_counter() - begin)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(app.all_arrived(set(ids)), 60)
+    cpu_ms = 1000 * (cpu_s(gateway.pid) - cpu_before) / count
     got = [app.arrived[i] - sent[i] for i in ids if i in app.arrived]
     got.sort()
     last = max((app.arrived[i] for i in ids if i in app.arrived), default=begin)
     delivered_rate = len(got) / (last - begin) if got else 0.0
     p = (lambda q: 1000 * got[min(len(got) - 1, int(len(got) * q))]) if got else (lambda q: 0)
     return (f"{rate:5d}/s asked, {sent_rate:6.0f}/s sent, {delivered_rate:6.0f}/s delivered "
-            f"({len(got)}/{count});  latency p50 {p(0.5):8.1f} ms  p99 {p(0.99):8.1f} ms")
+            f"({len(got)}/{count});  latency p50 {p(0.5):8.1f} ms  p99 {p(0.99):8.1f} ms;  "
+            f"gateway CPU {cpu_ms:.2f} ms/completion")
 
 
 async def main_async(args: argparse.Namespace) -> list[str]:

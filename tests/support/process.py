@@ -74,6 +74,12 @@ class GatewayProcess:
     def url(self) -> str:
         return str(self.config["gateway"]["public_url"])
 
+    @property
+    def pid(self) -> int:
+        """The running gateway's process id (for its CPU time in /proc)."""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def start(self, timeout_s: float = 30.0) -> GatewayProcess:
         """Write the config, start the process, and wait until ``/health`` answers."""
         self.workdir.mkdir(parents=True, exist_ok=True)
