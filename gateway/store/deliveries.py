@@ -26,6 +26,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
 from gateway.store.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
+from gateway.store.reader import SqliteReads
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
@@ -58,6 +59,11 @@ class OutboxRow:
     attempts: int
 
 
+_DUE_SQL = (
+    "SELECT 1 FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?"
+    " AND (leased_until IS NULL OR leased_until < ?) LIMIT 1"
+)
+
 Pick = Callable[[list[Candidate], int], list[int]]
 """Chooses up to ``limit`` candidate ids to lease (oldest due first)."""
 
@@ -72,6 +78,7 @@ class DeliveryQueue(lease.Leasing):
         self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self._reads = SqliteReads(engine)
         self._outcomes: Group[tuple[int, dict[str, Any]], bool] = Group(
             "webhook-outcomes", self._record_group, max_items=256
         )
@@ -82,6 +89,8 @@ class DeliveryQueue(lease.Leasing):
         Returns the leased rows (by id) and how many rows were settled without sending.
         """
         now = self._clock.now()
+        if self._reads.exists(_DUE_SQL, (now, now)) is False:
+            return [], 0  # nothing due: no write transaction (SQLite, store/reader.py)
         async with self._engine.begin() as conn:
             # Over-fetch, so rows for hosts at their per-host limit can be passed over.
             picked = (await conn.execute(_DUE, {"now": now, "limit": limit * 4})).all()

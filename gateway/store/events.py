@@ -8,12 +8,19 @@ postponed checks of their jobs (:mod:`gateway.store.group`).
 marks share a transaction), or releases it for a later retry; both only while it still
 holds the lease (a process whose lease ran out must not settle an event another process
 now holds).
+
+An event stored by this process is stored already leased to it and handed to the
+processor in memory (:meth:`ProviderEvents.claim` returns those first): no claim
+transaction, no wait for a round. The row is committed before the webhook is
+acknowledged, so a process that dies first loses nothing: once the lease runs out, any
+process claims the event from the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,6 +32,7 @@ from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
 from gateway.store.group import Group
+from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events
 
@@ -51,6 +59,7 @@ class _New:
 
 
 _INLINE_BYTES = 64 * 1024
+MAX_HANDED = 1024  # events held in memory for the processor; more wait in the store
 _ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
 _UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
 _POSTPONE = (
@@ -62,6 +71,12 @@ _POSTPONE = (
         jobs.c.next_attempt_at < _UNTIL,
     )
     .values(next_attempt_at=_UNTIL)
+)
+
+
+_CLAIMABLE_SQL = (
+    "SELECT 1 FROM provider_events WHERE processed_at IS NULL"
+    " AND (leased_until IS NULL OR leased_until < ?) LIMIT 1"
 )
 
 
@@ -81,6 +96,8 @@ class ProviderEvents(lease.Leasing):
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)
         self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
+        self._reads = SqliteReads(engine)
+        self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
 
     async def add(
         self, job_id: str, provider: str, body: bytes, *, check_after: datetime | None = None
@@ -108,6 +125,9 @@ class ProviderEvents(lease.Leasing):
 
     async def _add_group(self, group: list[_New]) -> list[bool | BaseException]:
         now = self._clock.now()
+        # Leased to this process at once, and handed over in memory after the commit.
+        hand = len(self._handed) + len(group) <= MAX_HANDED
+        until = now + self._lease_length if hand else None
         rows = [
             {
                 "job_id": e.job_id,
@@ -115,6 +135,8 @@ class ProviderEvents(lease.Leasing):
                 "event_key": e.event_key,
                 "body": e.body,
                 "received_at": now,
+                "lease_owner": self._owner if hand else None,
+                "leased_until": until,
             }
             for e in sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
         ]
@@ -123,19 +145,32 @@ class ProviderEvents(lease.Leasing):
             statement = (
                 insert(provider_events)
                 .on_conflict_do_nothing(index_elements=["job_id", "event_key"])
-                .returning(provider_events.c.job_id, provider_events.c.event_key)
+                .returning(
+                    provider_events.c.id, provider_events.c.job_id, provider_events.c.event_key
+                )
             )
-            stored = {(r.job_id, r.event_key) for r in await conn.execute(statement, rows)}
+            stored = {(r.job_id, r.event_key): r.id for r in await conn.execute(statement, rows)}
             new: list[bool | BaseException] = []
+            handed: list[ProviderEvent] = []
             for e in group:
-                new.append((e.job_id, e.event_key) in stored)
-                stored.discard((e.job_id, e.event_key))  # a duplicate within the group
+                event_id = stored.pop((e.job_id, e.event_key), None)  # once within the group
+                new.append(event_id is not None)
+                if event_id is not None:
+                    handed.append(ProviderEvent(event_id, e.job_id, e.provider, e.body))
             await _postpone(conn, [e for e, n in zip(group, new, strict=True) if n])
+        if until is not None:
+            self._handed.extend((until, event) for event in sorted(handed, key=lambda e: e.id))
         return new
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
-        """Lease up to ``limit`` unprocessed events, oldest first."""
+        """Lease up to ``limit`` unprocessed events, oldest first: those this process
+        stored (already leased to it, see the module docstring) before any in the store."""
         now = self._clock.now()
+        handed = self._take_handed(limit, now)
+        if handed:
+            return handed
+        if self._reads.exists(_CLAIMABLE_SQL, (now,)) is False:
+            return []  # nothing to claim: no write transaction (SQLite, store/reader.py)
         pending = (
             sa.select(provider_events.c.id)
             .where(provider_events.c.processed_at.is_(None), lease.unleased(provider_events, now))
@@ -147,6 +182,17 @@ class ProviderEvents(lease.Leasing):
                 conn, provider_events, pending, owner=self._owner, until=now + self._lease_length
             )
         return [ProviderEvent(r.id, r.job_id, r.provider, r.body) for r in rows]
+
+    def _take_handed(self, limit: int, now: datetime) -> list[ProviderEvent]:
+        """Up to ``limit`` events stored here whose lease has at least half its length
+        left (an older one is left to the store's claim once its lease has run out)."""
+        taken: list[ProviderEvent] = []
+        margin = self._lease_length / 2
+        while self._handed and len(taken) < limit:
+            until, event = self._handed.popleft()
+            if until - now >= margin:
+                taken.append(event)
+        return taken
 
     async def mark_processed(self, event_id: int) -> bool:
         """Record that an event was applied (or refused) and release its lease; only if

@@ -119,6 +119,13 @@ class SqliteReads:
             return None
         return ((rows[0][0], rows[0][1]) if rows else None,)
 
+    def exists(self, sql: str, params: Sequence[Any]) -> bool | None:
+        """Whether ``sql`` (a fixed query; datetimes in ``params`` are bound as the store
+        writes them) returns a row, or None when this reader cannot answer."""
+        bound = [_sqlite_time(p) if isinstance(p, datetime) else p for p in params]
+        rows = self._rows(sql, bound)
+        return None if rows is None else bool(rows)
+
     def routes_version(self) -> tuple[int] | None:
         """``(newest route change id or 0,)``, or None when this reader cannot answer."""
         rows = self._rows("SELECT max(id) FROM route_changes", ())
