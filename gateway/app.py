@@ -62,6 +62,7 @@ from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
 from gateway.store.events import ProviderEvents
 from gateway.store.files import FileStore
+from gateway.store.handoff import Handoff
 from gateway.store.jobs import JobStore
 from gateway.store.outbox import Planner
 from gateway.store.reader import JobReader
@@ -368,11 +369,9 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
 def _delivery(app: web.Application) -> delivery.Delivery:
     settings = app[keys.SETTINGS]
     hooks = settings.webhooks
-    queue = DeliveryQueue(
-        app[_ENGINE], owner=app[OWNER], lease_s=settings.gateway.lease_s + hooks.timeout_s,
-        clock=app[keys.CLOCK],
-    )
-    return delivery.Delivery(
+    lease_s = settings.gateway.lease_s + hooks.timeout_s
+    queue = DeliveryQueue(app[_ENGINE], owner=app[OWNER], lease_s=lease_s, clock=app[keys.CLOCK])
+    sender = delivery.Delivery(
         queue=queue,
         http=app[_WEBHOOK_HTTP],
         signer=assembly.webhook_signer(app[keys.SIGNING_SECRET], hooks),
@@ -388,6 +387,9 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         metrics=app[keys.METRICS],
         clock=app[keys.CLOCK],
     )
+    # new completed rows go straight to it (gateway/store/handoff.py)
+    app[keys.STORE].hand_outbox_to(Handoff(sender, owner=app[OWNER], lease_s=lease_s))
+    return sender
 
 
 def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:

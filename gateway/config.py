@@ -181,8 +181,8 @@ class WebhookSettings(_Section):
     max_retry_after_s: float = Field(default=300.0, ge=0)
     timeout_s: float = Field(default=10.0, gt=0)
     throttle_s: float = Field(default=0.5, ge=0)
-    max_concurrency: int = Field(default=16, gt=0)
-    max_per_host: int = Field(default=4, gt=0)
+    max_concurrency: int = Field(default=64, gt=0)
+    max_per_host: int = Field(default=16, gt=0)
 
     @field_validator("retry_delays_s")
     @classmethod

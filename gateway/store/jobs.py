@@ -23,6 +23,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
 from gateway.store import errors, outbox
 from gateway.store.claims import Claims
+from gateway.store.handoff import Handoff
 from gateway.store.ordering import moves_back, outcome_values, progress_values
 from gateway.store.reader import GET_JOB, SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE
@@ -74,6 +75,11 @@ class JobStore(Claims):
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
         self._planner = planner
         self._writes = JobWrites(engine, planner, self.fast_reads, clock)
+
+    def hand_outbox_to(self, handoff: Handoff) -> None:
+        """Have new ``completed`` rows leased to this process and handed to its deliverer
+        (:mod:`gateway.store.handoff`)."""
+        self._planner.handoff = handoff
 
     @property
     def engine(self) -> AsyncEngine:

@@ -26,6 +26,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,6 +37,9 @@ from gateway.http import wire
 from gateway.store.errors import ValueRefused
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
+
+if TYPE_CHECKING:
+    from gateway.store.handoff import Handed, Handoff
 
 __all__ = [
     "DEFAULT_EVENTS", "TERMINAL_DELIVERY_STATUSES", "DeliveryStatus", "Plan", "Planner",
@@ -154,6 +158,7 @@ class Planner:
         self._base_url = base_url
         self._stream_secret = stream_secret
         self._throttle = timedelta(seconds=throttle_s)
+        self.handoff: Handoff | None = None  # set when this process delivers (app.py)
 
     def plan(self, old: Job | None, new: Job) -> Plan:
         """The events ``old -> new`` causes (after the app's filter) and their payload.
@@ -181,7 +186,11 @@ class Planner:
         return Plan(events, payload)
 
     async def write_many(
-        self, conn: AsyncConnection, transitions: list[tuple[Job, Job, Plan]], now: datetime
+        self,
+        conn: AsyncConnection,
+        transitions: list[tuple[Job, Job, Plan]],
+        now: datetime,
+        handed: Handed | None = None,
     ) -> int:
         """Insert (or coalesce) the planned events of the transitions ``old -> new``;
         return how many rows are new.
@@ -189,7 +198,10 @@ class Planner:
         One ``UPDATE`` supersedes what the finished jobs still had waiting, one ``INSERT``
         writes every new ``completed`` and ``start`` event; ``output``/``logs`` events are
         coalesced one by one. Every state change passes here, so it is also where
-        ``job_transition`` is logged.
+        ``job_transition`` is logged. With a :attr:`handoff` and ``handed``, the
+        ``completed`` rows that can go at once are written leased to this process and
+        collected in ``handed`` (:mod:`gateway.store.handoff`: the caller settles it once
+        the transaction has ended).
         """
         finished: list[str] = []
         rows: list[dict[str, object]] = []
@@ -216,7 +228,15 @@ class Planner:
                 .where(outbox.c.attempts == 0)
                 .values(status=DeliveryStatus.SUPERSEDED)
             )
-        if rows:
+        leased: list[dict[str, object]] = []
+        if rows and self.handoff is not None and handed is not None:
+            leased = await self.handoff.lease(conn, rows, now, handed)
+        if leased:
+            returning = outbox.insert().returning(outbox.c.msg_id, outbox.c.id)
+            ids = {msg_id: row_id for msg_id, row_id in await conn.execute(returning, rows)}
+            for row in leased:
+                row["id"] = ids[row["msg_id"]]
+        elif rows:
             await conn.execute(outbox.insert(), rows)
         return coalesced + len(rows)
 

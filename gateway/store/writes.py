@@ -26,6 +26,7 @@ from contracts.job import Job
 from gateway.clock import Clock
 from gateway.store import ordering, outbox
 from gateway.store.group import Group, update_rows
+from gateway.store.handoff import Handed
 from gateway.store.reader import SqliteReads
 from gateway.store.records import job_from_row
 from gateway.store.schema import jobs
@@ -33,6 +34,8 @@ from gateway.store.schema import jobs
 __all__ = ["JobWrites", "Write"]
 
 MAX_RACES = 5
+INLINE_BYTES = 64 * 1024  # payloads up to this are planned on the event loop (docs/lifecycle.md)
+INLINE_ITEMS = 4096
 MAX_GROUP = 200  # jobs per group: well under SQLite's bound-parameter limit in IN (...)
 
 
@@ -126,7 +129,10 @@ class JobWrites:
             ready.append(_Ready(index, write, old, values, ordering.predicted(old, values)))
         if not any(r.old.webhook for r in ready):
             return ready
-        plans = await asyncio.to_thread(self._plans, ready)
+        if _small([r.predicted for r in ready if r.old.webhook]):
+            plans = self._plans(ready)  # microseconds: a thread hop would cost more
+        else:
+            plans = await asyncio.to_thread(self._plans, ready)
         planned = []
         for item, plan in zip(ready, plans, strict=True):
             if isinstance(plan, BaseException):
@@ -147,6 +153,22 @@ class JobWrites:
 
     async def _commit(self, ready: list[_Ready], results: dict[int, Any]) -> list[int]:
         """Write the ready ones whose row is unchanged; return the indexes that raced."""
+        handed = Handed()
+        try:
+            raced = await self._transaction(ready, results, handed)
+        except BaseException:
+            self._settle(handed, committed=False)
+            raise
+        self._settle(handed, committed=True)
+        return raced
+
+    def _settle(self, handed: Handed, *, committed: bool) -> None:
+        if handed.rows and self._planner.handoff is not None:
+            self._planner.handoff.settle(handed, committed=committed)
+
+    async def _transaction(
+        self, ready: list[_Ready], results: dict[int, Any], handed: Handed
+    ) -> list[int]:
         ids = sorted(item.old.id for item in ready)  # one lock order in every process
         raced: list[int] = []
         async with self._engine.begin() as conn:
@@ -173,7 +195,7 @@ class JobWrites:
                 if item.write.also is not None:
                     await item.write.also(conn)
                 transitions.append((item.old, new, plan))
-            await self._planner.write_many(conn, transitions, self._clock.now())
+            await self._planner.write_many(conn, transitions, self._clock.now(), handed)
         return raced
 
     async def _read(self, ids: list[str], *, fast: bool) -> dict[str, Job]:
@@ -182,6 +204,33 @@ class JobWrites:
             return {job.id: job for job in found}
         async with self._engine.connect() as conn:
             return await _select(conn, ids, lock=False)
+
+
+def _small(jobs_: list[Job]) -> bool:
+    """Whether serialising these jobs' payloads is quick enough for the event loop: their
+    variable parts (input, output, logs, error, metrics) hold at most
+    :data:`INLINE_BYTES` characters and :data:`INLINE_ITEMS` values in all (counted
+    with an early exit, so a large job costs no more than the limit to rule out)."""
+    chars, items = INLINE_BYTES, INLINE_ITEMS
+    stack: list[Any] = []
+    for job in jobs_:
+        stack += [job.input, job.output, job.logs, job.error, job.metrics]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            chars -= len(value)
+        elif isinstance(value, dict | list | tuple):
+            items -= len(value)
+            if items < 0:
+                return False
+            if isinstance(value, dict):
+                chars -= sum(len(k) for k in value if isinstance(k, str))
+                stack.extend(value.values())
+            else:
+                stack.extend(value)
+        if chars < 0:
+            return False
+    return True
 
 
 async def _select(conn: AsyncConnection, ids: list[str], *, lock: bool) -> dict[str, Job]:

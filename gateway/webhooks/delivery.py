@@ -135,6 +135,9 @@ class Delivery(Loop):
         self._min_claim = max(1, max_concurrency // 4)
         self._busy_hosts: Counter[str] = Counter()
         self._posting: set[int] = set()  # rows whose POST holds a host slot
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._reserved = 0  # slots taken for rows being written (gateway/store/handoff.py)
+        self._running = False
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
     async def run_once(self) -> int:
@@ -153,22 +156,25 @@ class Delivery(Loop):
         claim is made whenever a slot frees up. On stop, attempts in progress finish
         (each is bounded by the session timeout) before this returns.
         """
-        in_flight: set[asyncio.Task[None]] = set()
+        in_flight = self._in_flight
+        self._running = True
         try:
             while not self._stopping.is_set():
                 if await self._start_some(in_flight) == 0:
                     await self._idle(in_flight)
                 else:  # let the attempts just scheduled start (a SQLite call need not yield)
                     await asyncio.sleep(0)
+            self._running = False
             if in_flight:
                 await asyncio.wait(in_flight)
         finally:
+            self._running = False
             for task in in_flight:
                 task.cancel()
             await asyncio.gather(*in_flight, return_exceptions=True)
 
     async def _start_some(self, in_flight: set[asyncio.Task[None]]) -> int:
-        free = self._max_concurrency - len(in_flight)
+        free = self._max_concurrency - len(in_flight) - self._reserved
         # A claim per freed slot would be a transaction per delivery: while attempts are
         # in flight, claim once a quarter of the slots are free (docs/benchmarks.md).
         if free <= 0 or (in_flight and free < self._min_claim):
@@ -182,10 +188,43 @@ class Delivery(Loop):
             return 0
         self._outage.succeeded()
         for row in rows:
-            task = asyncio.create_task(self._attempt_guarded(self._hold(row)))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
+            self._start(self._hold(row))
         return len(rows) + settled
+
+    def _start(self, row: OutboxRow) -> None:
+        task = asyncio.create_task(self._attempt_guarded(row))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    # --- rows handed over by the transaction that wrote them (gateway/store/handoff.py) ---
+
+    def reserve(self, url: str) -> bool:
+        """Take a slot for a row to ``url`` if :meth:`run` has one free now (for its
+        host too); the row is then written leased to this process."""
+        host = _host(url)
+        if not self._running or self._stopping.is_set() or self._busy_hosts[host] >= (
+            self._max_per_host
+        ) or len(self._in_flight) + self._reserved >= self._max_concurrency:
+            return False
+        self._busy_hosts[host] += 1
+        self._reserved += 1
+        return True
+
+    def unreserve(self, url: str) -> None:
+        """Give back a slot :meth:`reserve` took (the row's transaction failed)."""
+        self._reserved -= 1
+        self._release_host(_host(url))
+
+    def hand(self, rows: list[OutboxRow]) -> None:
+        """Attempt rows written leased to this process, each on a slot it reserved (once
+        stopped, none: their leases run out and the store gives them to a claim)."""
+        for row in rows:
+            self._reserved -= 1
+            if not self._running:
+                self._release_host(_host(row.url))
+                continue
+            self._posting.add(row.id)
+            self._start(row)
 
     async def _idle(self, in_flight: set[asyncio.Task[None]]) -> None:
         wait_s = self._interval_s if in_flight else await self._idle_or_interval()
@@ -254,7 +293,9 @@ class Delivery(Loop):
         if row.id not in self._posting:
             return
         self._posting.discard(row.id)
-        host = _host(row.url)
+        self._release_host(_host(row.url))
+
+    def _release_host(self, host: str) -> None:
         self._busy_hosts[host] -= 1
         if self._busy_hosts[host] <= 0:
             del self._busy_hosts[host]

@@ -1,0 +1,159 @@
+"""Completed rows handed straight to the running deliverer, on every backend
+(gateway/store/handoff.py): written leased with their first attempt counted, sent without
+a claim; never past a pending row of the same prediction or to a disabled endpoint; and
+a row whose process died before sending it goes out after its lease, same webhook-id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from contracts.job import JobState
+from gateway.app import OWNER
+from gateway.http import keys
+from gateway.notify import LoopName
+from gateway.store.handoff import Handoff
+from gateway.store.schema import endpoints, outbox
+from gateway.webhooks.delivery import Delivery
+from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
+from tests.support.receiver import Receiver
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with Receiver() as rec:
+        yield rec
+
+
+@asynccontextmanager
+async def running(loop: Delivery) -> AsyncIterator[None]:
+    """The delivery loop's ``run()``, as a gateway runs it (hand-offs need it running)."""
+    task = asyncio.create_task(loop.run())
+    try:
+        yield
+    finally:
+        loop.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def complete(gateway: Any, job_id: str) -> None:
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    while await events_loop(gateway).run_once():
+        pass
+
+
+def claims_seen(gateway: Any) -> list[str]:
+    """Records the delivery claim's query (the one that reads ``completed_sent``)."""
+    seen: list[str] = []
+
+    @event.listens_for(gateway.store.engine.sync_engine, "before_cursor_execute")
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "completed_sent" in statement:
+            seen.append(statement)
+
+    return seen
+
+
+async def test_a_completed_row_goes_to_the_deliverer_without_a_claim(
+    make_gateway: Any, receiver: Receiver, backend: str
+) -> None:
+    gateway = await make_gateway()
+    job_id = await start_job(gateway, receiver.url(), ["completed"])
+    claims = claims_seen(gateway)
+    async with running(delivery_loop(gateway)):
+        await complete(gateway, job_id)
+        (got,) = await receiver.wait_for(1)
+    assert got.payload["id"] == job_id and got.payload["status"] == "succeeded"
+    (row,) = await outbox_rows(gateway.store.engine, job_id)
+    assert (row.status, row.attempts, row.lease_owner) == ("delivered", 1, None)
+    assert row.msg_id == got.webhook_id
+    if backend == "sqlite":  # PostgreSQL has no lock-free check first: its claims find nothing
+        assert claims == []
+
+
+async def test_a_completed_row_waits_behind_a_pending_row_of_its_prediction(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    gateway = await make_gateway()
+    job_id = await start_job(gateway, receiver.url(), ["start", "completed"])
+    assert await gateway.deliver(job_id, JobState.RUNNING) == 200
+    while await events_loop(gateway).run_once():
+        pass
+    engine = gateway.store.engine
+    (start,) = await outbox_rows(engine, job_id)
+    in_flight = {"lease_owner": "another-process", "attempts": 1,
+                 "leased_until": gateway.clock.now() + timedelta(seconds=60)}
+    async with engine.begin() as conn:  # its start event is being sent by another process
+        await conn.execute(outbox.update().where(outbox.c.id == start.id).values(**in_flight))
+    async with running(delivery_loop(gateway)):
+        await complete(gateway, job_id)
+        _, completed = await outbox_rows(engine, job_id)
+        assert (completed.event, completed.lease_owner) == ("completed", None)
+        assert completed.attempts == 0
+        async with engine.begin() as conn:  # the other process got its answer
+            await conn.execute(
+                outbox.update().where(outbox.c.id == start.id)
+                .values(status="delivered", lease_owner=None, leased_until=None)
+            )
+        gateway.app[keys.NOTIFIER].wake(LoopName.DELIVERY)
+        (got,) = await receiver.wait_for(1)
+    assert got.payload["status"] == "succeeded"
+
+
+async def test_a_disabled_endpoint_gets_nothing_handed(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    gateway = await make_gateway()
+    job_id = await start_job(gateway, receiver.url(), ["completed"])
+    engine = gateway.store.engine
+    async with engine.begin() as conn:
+        await conn.execute(
+            endpoints.insert().values(url=receiver.url(), disabled_at=gateway.clock.now(),
+                                      reason="the endpoint answered 410 Gone")
+        )
+    async with running(delivery_loop(gateway)):
+        await complete(gateway, job_id)
+        (row,) = await outbox_rows(engine, job_id)
+        assert (row.lease_owner, row.attempts) == (None, 0)
+    await gateway.settle()
+    (row,) = await outbox_rows(engine, job_id)
+    assert row.status == "dead" and receiver.received == []
+
+
+class Died:
+    """A deliverer whose process dies between the commit and the send."""
+
+    def reserve(self, url: str) -> bool:
+        return True
+
+    def unreserve(self, url: str) -> None:
+        raise AssertionError("the transaction committed")
+
+    def hand(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+
+async def test_a_handed_row_whose_process_died_is_sent_after_its_lease(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    gateway = await make_gateway()
+    job_id = await start_job(gateway, receiver.url(), ["completed"])
+    died = Died()
+    gateway.store.hand_outbox_to(Handoff(died, owner=gateway.app[OWNER], lease_s=30))
+    await complete(gateway, job_id)
+    (row,) = await outbox_rows(gateway.store.engine, job_id)
+    assert [r.id for r in died.rows] == [row.id] and died.rows[0].msg_id == row.msg_id
+    assert (row.status, row.lease_owner, row.attempts) == ("pending", gateway.app[OWNER], 1)
+    assert await delivery_loop(gateway).run_once() == 0  # still leased: nobody sends it
+    gateway.clock.advance(31)
+    await gateway.settle()
+    (got,) = await receiver.wait_for(1)
+    (row,) = await outbox_rows(gateway.store.engine, job_id)
+    assert got.webhook_id == row.msg_id and (row.status, row.attempts) == ("delivered", 2)
