@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -86,11 +87,24 @@ class LineHandler(logging.StreamHandler):
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self._lines: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # the last one running here
+        self._loop_thread = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop | None:
+        """This thread's running event loop, or None. Remembered: in Python 3.11 every
+        ``asyncio.get_running_loop()`` is a ``getpid`` system call."""
+        loop = self._loop
+        if (loop is not None and self._loop_thread == threading.get_ident()
+                and loop.is_running()):
+            return loop
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            self._loop, self._loop_thread = loop, threading.get_ident()
+        return loop
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        loop = self._running_loop()
+        if loop is None:
             self._flush_lines()
             super().emit(record)
             return
@@ -103,12 +117,17 @@ class LineHandler(logging.StreamHandler):
             loop.call_soon(self._flush_lines)
         self._lines.append(line)
 
-    def emit_json(self, data: dict[str, Any]) -> None:
+    def emit_json(self, data: dict[str, Any]) -> bool:
         """Write ``data`` (JSON values only) as one line, as :meth:`emit` writes a record's,
-        without a record: on the event loop thread only (see :func:`json_sink`)."""
+        without a record (see :func:`json_sink`); False, writing nothing, off the event
+        loop thread."""
+        loop = self._running_loop()
+        if loop is None:
+            return False
         if not self._lines:
-            asyncio.get_running_loop().call_soon(self._flush_lines)
+            loop.call_soon(self._flush_lines)
         self._lines.append(orjson.dumps(data).decode())
+        return True
 
     def _flush_lines(self) -> None:
         if not self._lines:
@@ -165,11 +184,11 @@ def info(logger: logging.Logger, event: str, fields: dict[str, Any]) -> None:
     it directly (no ``LogRecord``: a few microseconds instead of about ten). ``fields``:
     JSON values only (str, int, float, bool, None, lists and dicts of them)."""
     sink = json_sink(logger, logging.INFO)
-    if sink is None or asyncio._get_running_loop() is None:
+    if sink is None or not sink.emit_json({
+        "ts": iso_time(time.time()), "level": "info", "logger": logger.name, "event": event,
+        **fields,
+    }):
         logger.info(event, extra=fields, stacklevel=2)
-        return
-    sink.emit_json({"ts": iso_time(time.time()), "level": "info", "logger": logger.name,
-                    "event": event, **fields})
 
 
 def configure(level: str = "INFO", format: str = "json") -> None:

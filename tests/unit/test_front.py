@@ -96,6 +96,15 @@ def test_no_direct_line_when_anything_else_would_see_the_record(
     assert logs.json_sink(log, logging.INFO) is None  # the text format
 
 
+def test_info_off_the_event_loop_is_written_at_once(configured: io.StringIO) -> None:
+    only_ours()
+    log = logging.getLogger("gateway.dispatcher")
+    assert logs.json_sink(log, logging.INFO) is not None
+    logs.info(log, "job_submitted", {"job_id": "abc", "provider": "fake"})  # no loop here
+    line = json.loads(configured.getvalue())
+    assert (line["event"], line["job_id"], line["provider"]) == ("job_submitted", "abc", "fake")
+
+
 def test_info_is_a_record_when_something_else_listens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
