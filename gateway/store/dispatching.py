@@ -7,7 +7,7 @@ PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so ``max_concurrency`` holds across 
 processes. Its statements, in order:
 
 1. the waiting jobs, oldest first, at most :data:`SMALL_ROUND` + 1 (none: the round ends
-   here, without a count);
+   here, without a count), read from two ranges of an index (:func:`_head`);
 2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs; on
    SQLite, when the jobs table has never held half as many rows as ``max_concurrency``,
    ``max(rowid)`` stands for it: no more jobs than that can be in flight, and the
@@ -77,6 +77,19 @@ def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
     )
 
 
+def _head(unsubmitted: list[Any], now: datetime) -> sa.Select[Any]:
+    """The waiting jobs (``unsubmitted`` and due at ``now``), oldest first, at most
+    :data:`SMALL_ROUND` + 1. Due is ``next_attempt_at <= now`` or unset: one branch each,
+    so each is a range of the ``(state, next_attempt_at)`` index (with the two together,
+    SQLite read every unsubmitted row, jobs in flight at a polling provider included)."""
+    columns = (jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
+    both = sa.union_all(
+        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at <= now),
+        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at.is_(None)),
+    ).subquery()
+    return sa.select(both).order_by(both.c.created_at, both.c.id).limit(SMALL_ROUND + 1)
+
+
 class DispatchClaims(lease.Leasing):
     """The dispatcher's claim (see the module docstring)."""
 
@@ -109,7 +122,7 @@ class DispatchClaims(lease.Leasing):
         candidates. The round's statements: the module docstring.
         """
         now = self._clock.now()
-        waiting = [
+        unsubmitted = [
             jobs.c.provider == provider,
             jobs.c.state.in_(_UNSUBMITTED),
             jobs.c.submitted_at.is_(None),
@@ -120,8 +133,11 @@ class DispatchClaims(lease.Leasing):
                     sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
                 ),
             ),
-            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
             lease.unleased(jobs, now),
+        ]
+        waiting = [
+            *unsubmitted,
+            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
         ]
         rank: dict[str, int] | None = None
         async with self._engine.begin() as conn:
@@ -129,12 +145,7 @@ class DispatchClaims(lease.Leasing):
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
             head = [
                 Candidate(r.id, r.owner or "", r.priority, r.created_at)
-                for r in await conn.execute(
-                    sa.select(jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
-                    .where(*waiting)
-                    .order_by(jobs.c.created_at, jobs.c.id)
-                    .limit(SMALL_ROUND + 1)
-                )
+                for r in await conn.execute(_head(unsubmitted, now))
             ]
             if not head:
                 return []  # nothing waiting (a round woken by a finished job): no count
@@ -142,7 +153,7 @@ class DispatchClaims(lease.Leasing):
             if limit <= 0:
                 return []
             all_fit = len(head) <= min(limit, SMALL_ROUND)
-            if order is None:
+            if order is None and not all_fit:
                 due = (
                     sa.select(jobs.c.id)
                     .where(*waiting)
@@ -151,7 +162,7 @@ class DispatchClaims(lease.Leasing):
                 )
             else:
                 candidates = head if all_fit else await self._candidates(conn, waiting, limit)
-                chosen = order(candidates, limit)
+                chosen = candidates if order is None else order(candidates, limit)
                 if not chosen:
                     return []
                 due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
