@@ -2,7 +2,9 @@
 
 Starts ``cutover serve`` (SQLite, a fake provider, every background loop running) and
 measures the seconds from spawning the process to the first 200 of ``GET /ready``, on a
-fresh database (migrations included) and again on the existing one; then, left idle, its
+fresh database (migrations included) and again on the existing one, and the CPU seconds
+the process had used by then (steadier than wall time on a shared machine); then, left
+idle, its
 resident memory (MiB) and CPU (% of one core over ``--idle-seconds``). The bare aiohttp
 server (bench/support/refs.py) is measured the same way, in alternating rounds.
 
@@ -93,6 +95,7 @@ def main() -> None:
     load.print_header()
     compile_project()
     fresh, warm, cpu, rss, ref_start, ref_cpu, ref_rss = [], [], [], [], [], [], []
+    used: dict[str, list[float]] = {"fresh database": [], "existing database": [], "bare": []}
     for n in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
@@ -100,27 +103,35 @@ def main() -> None:
                 proc, url = gateway(work)
                 try:
                     times.append(refs.wait_ready(url, proc))
+                    used[label].append(cpu_s(proc.pid))
                     if label == "existing database":
                         busy, mem = idle(proc.pid, args.idle_seconds)
                         cpu.append(busy)
                         rss.append(mem)
                 finally:
                     stop(proc)
-                print(f"  round {n} gateway to /ready, {label:18} {times[-1]:.3f} s", flush=True)
+                print(f"  round {n} gateway to /ready, {label:18} {times[-1]:.3f} s "
+                      f"(CPU {used[label][-1]:.2f} s)", flush=True)
             print(f"  round {n} gateway idle {cpu[-1]:.2f} % of a core, RSS {rss[-1]:.0f} MiB")
             body = work / "body.json"
             body.write_bytes(b"{}")
             with refs.bare_server(body) as bare:
                 ref_start.append(bare.ready_after_s)
+                used["bare"].append(cpu_s(bare.proc.pid))
                 busy, mem = idle(bare.proc.pid, args.idle_seconds)
                 ref_cpu.append(busy)
                 ref_rss.append(mem)
-            print(f"  round {n} bare aiohttp to /ready {ref_start[-1]:.3f} s, idle "
+            print(f"  round {n} bare aiohttp to /ready {ref_start[-1]:.3f} s (CPU "
+                  f"{used['bare'][-1]:.2f} s), idle "
                   f"{ref_cpu[-1]:.2f} % of a core, RSS {ref_rss[-1]:.0f} MiB", flush=True)
     med = load.median
     print("== summary")
     print(f"cold start to /ready (median)  gateway fresh db {med(fresh):.3f} s, existing db "
           f"{med(warm):.3f} s; bare aiohttp {med(ref_start):.3f} s")
+    fresh_cpu, warm_cpu, bare_cpu = (med(v) for v in used.values())
+    print(f"CPU to /ready (median)         gateway fresh db {fresh_cpu:.2f} s, existing db "
+          f"{warm_cpu:.2f} s; bare aiohttp {bare_cpu:.2f} s (ratios {fresh_cpu / bare_cpu:.1f}, "
+          f"{warm_cpu / bare_cpu:.1f})")
     print(f"idle (median)                  gateway {med(cpu):.2f} % of a core, "
           f"{med(rss):.0f} MiB; bare aiohttp {med(ref_cpu):.2f} %, {med(ref_rss):.0f} MiB")
 
