@@ -12,7 +12,10 @@ polled), and beside it the reference programs (bench/support/refs.py):
   the FastAPI + Celery + PostgreSQL peer's POST /jobs: ratio of requests/s.
 
 Each round runs the gateway and its reference one after the other; the ratio of every
-round and the median of the rounds are printed, with the command and the machine.
+round and the median of the rounds are printed, with the command and the machine. GET and
+create rounds also print the server process's CPU time per request (``cpu/req``, from
+``/proc``; the bare server's too): on a shared machine throughput is partly the
+scheduler's, CPU per request is the figure to compare between runs.
 
     .venv/bin/python bench/ratios.py [--rounds 3] [--seconds 5] [--connections 32]
         [--backends sqlite,postgres] [--no-peer] [--parts get,latency,reads,create]
@@ -166,7 +169,10 @@ def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None
                 bare_url = f"{bare.url}/v1/predictions/{done}"
                 gets = Rounds(f"{backend} GET finished vs bare")
                 for n in range(1, args.rounds + 1 if "get" in args.parts else 1):
-                    gets.round(n, load.wrk(get_url, **wrk_args), load.wrk(bare_url, **wrk_args))
+                    gets.round(n, load.with_cpu(gateway.pid, args.seconds,
+                                                lambda: load.wrk(get_url, **wrk_args)),
+                               load.with_cpu(bare.proc.pid, args.seconds,
+                                             lambda: load.wrk(bare_url, **wrk_args)))
                 if gets.ratios:
                     summaries.append(gets.summary())
                 if "latency" in args.parts:
@@ -182,7 +188,8 @@ def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None
             script.write_text(POST_LUA.format(body=json.dumps(CREATE_BODY)))
             creates = Rounds(f"{backend} create vs peer")
             for n in range(1, args.rounds + 1 if "create" in args.parts else 1):
-                sub = load.wrk(f"{gateway.url}/v1/predictions", script=script, **wrk_args)
+                sub = load.with_cpu(gateway.pid, args.seconds, lambda: load.wrk(
+                    f"{gateway.url}/v1/predictions", script=script, **wrk_args))
                 if peer is None:
                     print(f"  round {n} {creates.label:32} gateway {sub.line()}", flush=True)
                     continue

@@ -6,29 +6,51 @@ figures are in milliseconds.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-__all__ = ["Result", "hey", "median", "print_header", "wrk"]
+__all__ = ["Result", "hey", "median", "print_header", "process_cpu_s", "with_cpu", "wrk"]
 
 
 @dataclass(frozen=True)
 class Result:
-    """Requests per second and latency percentiles (ms) of one load run."""
+    """Requests per second and latency percentiles (ms) of one load run; ``cpu_us``: the
+    server process's CPU time per request (microseconds), when measured (:func:`with_cpu`)."""
 
     rate: float
     p50_ms: float
     p99_ms: float
     errors: int = 0
+    cpu_us: float | None = None
 
     def line(self) -> str:
         errors = f"  ERRORS {self.errors}" if self.errors else ""
+        cpu = f"  cpu/req {self.cpu_us:6.1f} us" if self.cpu_us is not None else ""
         return (
-            f"{self.rate:8.0f} req/s  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms{errors}"
+            f"{self.rate:8.0f} req/s  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms"
+            f"{cpu}{errors}"
         )
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(pid: int, seconds: float, run: Callable[[], Result]) -> Result:
+    """``run()``'s result with the CPU time process ``pid`` spent per request meanwhile: on
+    a shared machine the figure to compare between runs (throughput is the scheduler's)."""
+    before = process_cpu_s(pid)
+    result = run()
+    requests = result.rate * seconds
+    used = process_cpu_s(pid) - before
+    return replace(result, cpu_us=used / requests * 1e6 if requests else None)
 
 
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
