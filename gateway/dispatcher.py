@@ -213,6 +213,8 @@ class Dispatcher(Loop):
             await self._finished_meanwhile(provider, job, request, snapshot)
             return
         self._notifier.job_changed(job.id, updated)
+        if next_check is not None:  # an idle poller may sleep past it (loop_max_idle_s)
+            self._notifier.due(LoopName.POLLER, next_check)
         logs.info(log, "job_submitted", {"job_id": job.id, "provider": provider.name})
 
     async def _finished_meanwhile(

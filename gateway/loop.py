@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gateway.boundary import Outage
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -91,7 +91,8 @@ class Loop(ABC):
             if handled == 0 and not self._stopping.is_set():
                 if not self._outage.failures:
                     wait_s = await self._idle_or_interval()
-                await self._notifier.sleep(self.name, wait_s)
+                until = self._clock.now() + timedelta(seconds=wait_s)
+                await self._notifier.sleep(self.name, wait_s, until)
             else:  # a busy loop still lets requests in (a SQLite call need not yield)
                 await asyncio.sleep(0)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
+from datetime import datetime
 from enum import StrEnum
 
 from contracts.job import Job
@@ -39,6 +40,7 @@ class Notifier:
     def __init__(self) -> None:
         self._jobs: defaultdict[str, set[asyncio.Future[Job | None]]] = defaultdict(set)
         self._work: defaultdict[LoopName, asyncio.Event] = defaultdict(asyncio.Event)
+        self._until: dict[LoopName, datetime] = {}  # when each sleeping loop wakes by itself
 
     def job_changed(self, job_id: str, job: Job | None = None) -> None:
         """Wake everyone waiting on ``job_id``, handing them ``job`` when it is known."""
@@ -78,9 +80,29 @@ class Notifier:
         """Tell the background loop ``loop_name`` that work is waiting."""
         self._work[loop_name].set()
 
-    async def sleep(self, loop_name: LoopName, timeout_s: float) -> None:
-        """Wait until woken for ``loop_name`` or ``timeout_s`` passes."""
+    def due(self, loop_name: LoopName, at: datetime) -> None:
+        """Work for ``loop_name`` falls due ``at``: wake the loop unless it sleeps until
+        then or earlier (a loop that is not asleep is woken, so its next round looks)."""
+        until = self._until.get(loop_name)
+        if until is None or at < until:
+            self.wake(loop_name)
+
+    def sleeping_until(self, loop_name: LoopName) -> datetime | None:
+        """When ``loop_name``, asleep, wakes by itself; None while it is not asleep (or
+        sleeps without saying until when)."""
+        return self._until.get(loop_name)
+
+    async def sleep(
+        self, loop_name: LoopName, timeout_s: float, until: datetime | None = None
+    ) -> None:
+        """Wait until woken for ``loop_name`` or ``timeout_s`` passes; ``until`` (the
+        loop clock's time ``timeout_s`` from now) lets :meth:`due` skip needless wakes."""
         event = self._work[loop_name]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        if until is not None:
+            self._until[loop_name] = until
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout_s)
+        finally:
+            self._until.pop(loop_name, None)
         event.clear()
