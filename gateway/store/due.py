@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, JobState
+from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import jobs, outbox, provider_events
 
@@ -49,13 +50,18 @@ class Due:
             return (await conn.execute(query)).scalar()
 
     async def dispatch(self, now: datetime) -> datetime | None:
-        """The earliest time an unsubmitted job is due for dispatch."""
+        """The earliest time an unsubmitted job is due for dispatch: the jobs that
+        :meth:`gateway.store.dispatching.DispatchClaims.claim_dispatch` takes, including
+        those with a cancel request (or past their deadline) a submit may have reached."""
         when = _when(jobs.c.next_attempt_at, jobs.c.leased_until, now)
         return await self._min(
             sa.select(sa.func.min(when)).where(
                 jobs.c.state.in_(_UNSUBMITTED),
                 jobs.c.submitted_at.is_(None),
-                jobs.c.cancel_requested_at.is_(None),
+                sa.or_(
+                    jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # the cancel goes via the provider
+                    jobs.c.cancel_requested_at.is_(None),
+                ),
             )
         )
 
