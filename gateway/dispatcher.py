@@ -10,7 +10,9 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   tried again after an exponential backoff with full jitter (a job an earlier submit
   may have reached stays "maybe submitted", :data:`gateway.store.claims.RESUBMITTING`,
   so a cancel or deadline still goes through the provider: docs/reliability.md);
-* ``UpstreamRejected`` -> ``failed`` with the provider's reason;
+* ``UpstreamRejected`` -> ``failed`` with the provider's reason; the refused resubmit of
+  a job an earlier submit may have reached leaves it "maybe submitted", tried again
+  after :data:`REFUSED_RESUBMIT_WAIT_S` (docs/lifecycle.md, "The submit window");
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
 * a cancel requested while the submit was in flight -> the provider is told to cancel;
@@ -49,10 +51,12 @@ from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.webhooks import retry
 
-__all__ = ["Dispatcher", "callback_url"]
+__all__ = ["REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0
+REFUSED_RESUBMIT_WAIT_S = 60.0
+"""Seconds before a job whose resubmit the provider refused (4xx) is submitted again."""
 
 
 def callback_url(base_url: str, job: Job, token: str) -> str:
@@ -163,13 +167,25 @@ class Dispatcher(Loop):
             return
         except UpstreamRejected as exc:
             self._count(provider, "rejected")
-            await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
+            await self._rejected(job, exc.detail)
             return
         except Exception as exc:  # noqa: BLE001 (a crash: retried, then the job ends)
             await self._crashed(provider, job, exc)
             return
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
+
+    async def _rejected(self, job: Job, detail: str) -> None:
+        """The provider refused the submit: the job fails. A refused *resubmit* says
+        nothing of the earlier submit that may have reached the provider: the job stays
+        "maybe submitted" and is tried again after :data:`REFUSED_RESUBMIT_WAIT_S`, until
+        the provider's webhook settles it or the maximum lifetime ends it (docs/lifecycle.md,
+        "The submit window")."""
+        if job.raw_status != RESUBMITTING:
+            await self._finalizer.finish_here(job, JobState.FAILED, detail)
+            return
+        log.warning("resubmit_rejected", extra={"job_id": job.id, "error": detail})
+        await self._defer(job, RESUBMITTING, REFUSED_RESUBMIT_WAIT_S)
 
     async def _stage(self, provider: Provider, job: Job) -> dict[str, Any]:
         """The input in the form the provider takes (large files as owned URLs)."""

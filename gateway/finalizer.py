@@ -91,6 +91,7 @@ class Finalizer:
             "raw_status": snapshot.raw_status,
             "logs": snapshot.logs,
             "metrics": snapshot.metrics,
+            "provider_job_id": snapshot.provider_job_id,  # kept if the job has none yet
         }
         if snapshot.state is not JobState.COMPLETED:
             # Outputs of failed and canceled jobs are not kept: they are not owned files.

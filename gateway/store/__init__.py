@@ -42,7 +42,8 @@ apply_progress     active; snapshot not older     forward      raw_status, state
 finish             active                         completed,   state, raw_status, error,
                                                   failed,      metrics, output, logs,
                                                   canceled     completed_at, started_at,
-                                                               next_attempt_at, lease; assets
+                                                               next_attempt_at, lease; assets;
+                                                               provider_job_id if unset
 request_cancel     active; no cancel requested    -            cancel_requested_at
 claim_cancels      active; submitted; cancel due, -            cancel_sent_at
                    not sent since resend_before

@@ -80,6 +80,8 @@ def outcome_values(old: Job, outcome: Outcome, now: datetime) -> dict[str, Any]:
         values["logs"] = storable_text(outcome.logs)
     if old.started_at is None and outcome.state is JobState.COMPLETED:
         values["started_at"] = old.submitted_at or now
+    if old.provider_job_id is None and outcome.provider_job_id is not None:
+        values["provider_job_id"] = outcome.provider_job_id  # its submit was never recorded
     return values
 
 

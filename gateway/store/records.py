@@ -102,6 +102,9 @@ class Outcome:
     error: str | None = None
     metrics: dict[str, Any] | None = None
     assets: Sequence[AssetRecord] = ()
+    #: The provider's id for the job, stored when the job has none yet (its terminal
+    #: webhook overtook a submit that was never recorded: docs/lifecycle.md).
+    provider_job_id: str | None = None
 
 
 def storable_text(value: str | None) -> str | None:

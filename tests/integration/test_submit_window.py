@@ -18,7 +18,9 @@ import sqlalchemy as sa
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, SubmitRequest
 from gateway.app import LOOPS
-from gateway.store.claims import SUBMITTING
+from gateway.dispatcher import REFUSED_RESUBMIT_WAIT_S
+from gateway.http import keys
+from gateway.store.claims import RESUBMITTING, SUBMITTING
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 
@@ -187,3 +189,61 @@ async def test_a_job_submitted_past_its_deadline_gets_the_provider_cancel_and_it
     monkeypatch.setattr(gateway.store, "claim_cancels", claim_cancels)
     await gateway.wait_for(job_id, "canceled")
     assert gateway.fake.provider_job_id(job_id) in gateway.fake.cancel_calls
+
+
+async def test_a_terminal_webhook_before_the_submit_was_recorded_keeps_the_providers_id(
+    gateway: GatewayHarness,
+) -> None:
+    # The provider finished the job and said so before the gateway recorded its submit
+    # (it died mid-submit): the job ended with no provider id, so nobody could ask the
+    # provider about it (admin API, logs, support) or match its later webhooks.
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id, lease_runs_out=False)
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    done = await gateway.wait_for(job_id, "succeeded")
+    assert done["output"] == "done"
+    job = await gateway.store.get(job_id)
+    assert job.provider_job_id == gateway.fake.provider_job_id(job_id)
+    assert len(gateway.fake.submitted) == 1  # the webhook settled it: no resubmit
+
+
+async def _resubmit_refused(gateway: GatewayHarness) -> str:
+    """A job the provider accepted before the "crash", its resubmit refused (4xx)."""
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id: str = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id)
+    gateway.fake.reject = True
+    await gateway.settle()  # the resubmit, refused
+    assert (await gateway.get(job_id))["status"] == "starting"
+    return job_id
+
+
+async def test_a_refused_resubmit_does_not_fail_a_job_the_provider_may_be_running(
+    gateway: GatewayHarness,
+) -> None:
+    # The provider accepted the first submit; the gateway died before recording it and
+    # the resubmit was answered 4xx (a duplicate, a rule that changed). The job used to
+    # end `failed` at once while the provider ran it; the refusal says nothing about the
+    # first submit, so the job stays "maybe submitted" and the provider's word settles it.
+    job_id = await _resubmit_refused(gateway)
+    assert await _raw_status(gateway, job_id) == RESUBMITTING
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    done = await gateway.wait_for(job_id, "succeeded")
+    assert done["output"] == "done"
+
+
+async def test_a_resubmit_refused_every_time_is_tried_again_then_ends_at_the_lifetime(
+    gateway: GatewayHarness,
+) -> None:
+    job_id = await _resubmit_refused(gateway)
+    assert (await gateway.store.get(job_id)).attempts == 1  # one refusal, not a burst
+    gateway.clock.advance(timedelta(seconds=REFUSED_RESUBMIT_WAIT_S + 1))
+    await gateway.settle()
+    assert (await gateway.get(job_id))["status"] == "starting"
+    assert (await gateway.store.get(job_id)).attempts == 2
+    lifetime_s = gateway.app[keys.SETTINGS].gateway.max_job_lifetime_s
+    gateway.clock.advance(timedelta(seconds=lifetime_s))
+    done = await gateway.wait_for(job_id, "failed")
+    assert "did not accept the prediction" in done["error"]
+    assert "resubmitting" in done["error"]
