@@ -335,6 +335,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             cancel_grace_s=gw.cancel_grace_s,
             cancel_resend_s=gw.cancel_resend_s,
             max_job_lifetime_s=gw.max_job_lifetime_s,
+            shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),
         _delivery(app),
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),

@@ -14,7 +14,9 @@ Each round:
 3. jobs still active ``cancel_grace_s`` after the cancel request (or the deadline, or
    their submit if that came later: the provider is told first) end ``canceled``; jobs
    older than ``max_job_lifetime_s`` (without a deadline of their own) are canceled
-   upstream and end ``failed``.
+   upstream and end ``failed``;
+4. shadows still waiting for their provider (at capacity) longer than their route's
+   ``shadow_budget.max_wait_s`` are dropped (``canceled``, never compared: docs/shadow.md).
 
 Every job is one item (:func:`gateway.boundary.each`): one that fails waits for the next
 round and never stops the others' cancels and deadlines.
@@ -35,6 +37,7 @@ from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.poller import provider_ref
 from gateway.providers import Provider
+from gateway.shadowgate import WAITED, ShadowGate
 from gateway.store.jobs import JobStore
 
 __all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper"]
@@ -62,6 +65,7 @@ class Reaper(Loop):
         interval_s: float,
         batch: int = 64,
         clock: Clock = SYSTEM_CLOCK,
+        shadow_gate: ShadowGate | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._store = store
@@ -71,6 +75,7 @@ class Reaper(Loop):
         self._resend = timedelta(seconds=cancel_resend_s)
         self._lifetime = timedelta(seconds=max_job_lifetime_s)
         self._batch = batch
+        self._shadow_gate = shadow_gate
         # Job id -> (failed asks, when the last one was made): in this process only, so
         # a restart asks more often, never less.
         self._asks: dict[str, tuple[int, datetime]] = {}
@@ -89,7 +94,14 @@ class Reaper(Loop):
         self._asks = {k: v for k, v in self._asks.items() if k in {j.id for j in overdue}}
         due = [job for job in overdue if self._may_ask(job, now)]
         await boundary.each(due, self._expire, self._failed)
-        return len(unsubmitted) + len(cancels) + len(due)
+        waited = []
+        if self._shadow_gate is not None:
+            waited = await self._shadow_gate.waited_too_long(now, self._batch)
+            await boundary.each(waited, self._drop_shadow, self._failed)
+        return len(unsubmitted) + len(cancels) + len(due) + len(waited)
+
+    async def _drop_shadow(self, job: Job) -> None:
+        await self._finalizer.finish_here(job, JobState.CANCELED, WAITED)
 
     def _may_ask(self, job: Job, now: datetime) -> bool:
         """Not again within ``cancel_resend_s`` of a failed ask of the provider."""

@@ -117,10 +117,12 @@ class GuardSettings(_Frozen):
 
 class ShadowBudget(_Frozen):
     """How many shadows a route may have running at once and start per hour; a shadow
-    over budget is dropped, never queued."""
+    over budget is dropped, never queued. ``max_wait_s``: a shadow still waiting at the
+    gateway for its provider (at capacity) that long after its creation is dropped."""
 
     max_concurrent: int = Field(default=2, ge=0)
     max_per_hour: int = Field(default=100, ge=0)
+    max_wait_s: float = Field(default=300.0, gt=0)
 
 
 class RouteSpec(_Frozen):

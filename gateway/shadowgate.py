@@ -6,13 +6,16 @@ most ``shadow_budget.max_concurrent`` of a route's shadows running at once, and 
 ``max_per_hour`` started in any hour. Shadows claimed in one round are admitted one by
 one, each counting those admitted before it. Gateway processes share the counts through
 the store, so several processes may briefly overshoot by the shadows they admit in the
-same instant.
+same instant. A shadow that a provider at capacity keeps waiting longer than
+``max_wait_s`` is dropped by the reaper (:meth:`ShadowGate.waited_too_long`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
+from datetime import datetime, timedelta
 
 from contracts.errors import NotFound
 from contracts.job import Job
@@ -23,10 +26,11 @@ from gateway.routing import Routed, Router
 from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["DROPPED", "SHADOW_PRIORITY", "ShadowGate", "shadow_job"]
+__all__ = ["DROPPED", "SHADOW_PRIORITY", "WAITED", "ShadowGate", "shadow_job"]
 
 log = logging.getLogger(__name__)
 DROPPED = "shadow dropped: the route's shadow budget is spent"
+WAITED = "shadow dropped: it waited longer than shadow_budget.max_wait_s for its provider"
 #: Below every route's priority (-100..100): at a provider at capacity, a hidden copy
 #: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
 SHADOW_PRIORITY = -101
@@ -55,6 +59,31 @@ class ShadowGate:
             else:
                 drop.append(job)
         return keep, drop
+
+    async def waited_too_long(self, now: datetime, limit: int) -> list[Job]:
+        """Shadows still waiting for their provider (at capacity) longer than their
+        route's ``shadow_budget.max_wait_s`` (a route no longer configured: any), to be
+        dropped: they would otherwise wait until ``max_job_lifetime_s``. Counted as
+        dropped; a dropped shadow makes no pair, so the guard never sees it."""
+        waits = []
+        for key in self._router.keys:
+            with contextlib.suppress(NotFound):
+                waits.append(self._router.spec(key).shadow_budget.max_wait_s)
+        oldest = now - timedelta(seconds=min(waits, default=0.0))
+        late = []
+        for job in await self._shadows.waiting(oldest, limit):
+            try:
+                wait_s = self._router.spec(job.route).shadow_budget.max_wait_s
+            except NotFound:
+                wait_s = 0.0
+            if job.created_at > now - timedelta(seconds=wait_s):
+                continue
+            late.append(job)
+            if self._metrics is not None:
+                self._metrics.shadows.labels(job.route, "dropped").inc()
+            log.info("shadow_dropped", extra={"job_id": job.id, "route": job.route,
+                                              "waited_s": (now - job.created_at).total_seconds()})
+        return late
 
     async def _fits(self, job: Job, admitted: int) -> bool:
         try:

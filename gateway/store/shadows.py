@@ -17,10 +17,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job
+from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
-from gateway.store import db
+from gateway.store import db, lease
+from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.schema import assets, jobs, shadow_comparisons
 
 __all__ = ["FileRow", "ShadowPair", "ShadowStore", "StoredComparison"]
@@ -91,6 +92,27 @@ class ShadowStore:
                 int((await conn.execute(running)).scalar_one()),
                 int((await conn.execute(recent)).scalar_one()),
             )
+
+    async def waiting(self, created_before: datetime, limit: int) -> list[Job]:
+        """Shadows created at or before ``created_before`` still waiting at the gateway,
+        oldest first: never submitted, not leased for a submit, and not a submit that may
+        have reached the provider (:data:`gateway.store.dispatching.MAYBE_SUBMITTED`)."""
+        now = self._clock.now()
+        query = (
+            sa.select(jobs)
+            .where(
+                jobs.c.arm.in_(HIDDEN_ARMS),
+                jobs.c.state.in_([JobState.CREATING.value, JobState.QUEUED.value]),
+                jobs.c.submitted_at.is_(None),
+                jobs.c.created_at <= created_before,
+                sa.or_(jobs.c.raw_status.is_(None), jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
+                lease.unleased(jobs, now),
+            )
+            .order_by(jobs.c.created_at)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [_job(r) for r in (await conn.execute(query)).all()]
 
     async def shadows_of(self, job_id: str) -> list[Job]:
         """The shadow jobs of primary ``job_id``."""
