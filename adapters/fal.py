@@ -165,19 +165,9 @@ class FalAdapter:
         """
         app = _app_id(self.name, request.target)
         params = {"fal_webhook": request.webhook_url} if request.webhook_url else None
-        response = await self._http.call(
-            "submit", "POST", "/" + app, idempotent=False, json=request.input, params=params
+        submitted = await self._http.create(
+            "submit", "POST", "/" + app, _Submitted, json=request.input, params=params
         )
-        self._http.raise_for_status("submit", response)
-        try:
-            submitted = _Submitted.model_validate(
-                transport.json_body(self.name, "submit", response)
-            )
-        except (ValidationError, ContractViolation) as exc:
-            raise UpstreamRejected(
-                f"{self.name}: submit answered an unreadable body ({transport.describe(exc)}); "
-                "the request may exist at fal and is not retried"
-            ) from exc
         return ProviderSnapshot(
             provider_job_id=submitted.request_id, state=JobState.QUEUED,
             raw_status=submitted.status,
@@ -189,16 +179,14 @@ class FalAdapter:
         A body that is not a fal status or result fails the job with a readable error.
         """
         base = _requests_path(self.name, ref)
-        response = await self._http.call("status", "GET", base + "/status",
-                                         params={"logs": "true"})
+        response = await self._http.request("status", "GET", base + "/status",
+                                            params={"logs": "true"}, allow=(404, 410))
         if response.status_code in (404, 410):
             return self._failed(ref, "expired", EXPIRED_ERROR)
-        self._http.raise_for_status("status", response)
         try:
-            status = _Status.model_validate(transport.json_body(self.name, "status", response))
-        except (ValidationError, ContractViolation) as exc:
-            return self._failed(ref, "unreadable", f"{self.name}: status unreadable: "
-                                f"{transport.describe(exc)}")
+            status = transport.parse(self.name, "status", response, _Status)
+        except ContractViolation as exc:
+            return self._failed(ref, "unreadable", exc.detail)
         state = map_status(status.status)
         if status.error:
             kind = f" ({status.error_type})" if status.error_type else ""
@@ -280,8 +268,7 @@ class FalAdapter:
     # --- helpers ------------------------------------------------------------------------
 
     async def _fetch_jwks(self) -> Any:
-        response = await self._http.call("jwks", "GET", self._jwks_url)
-        self._http.raise_for_status("jwks", response)
+        response = await self._http.request("jwks", "GET", self._jwks_url)
         try:
             return transport.json_body(self.name, "jwks", response)
         except ContractViolation as exc:

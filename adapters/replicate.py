@@ -150,38 +150,33 @@ class ReplicateAdapter:
         if request.webhook_url:
             body["webhook"] = request.webhook_url
             body["webhook_events_filter"] = [event.value for event in WebhookEvent]
-        response = await self._http.call("create", "POST", path, idempotent=False, json=body)
-        self._http.raise_for_status("create", response)
-        try:
-            return self._prediction("create", response).snapshot()
-        except ContractViolation as exc:
-            raise UpstreamRejected(
-                f"{exc.detail}; the prediction may exist upstream and is not retried"
-            ) from exc
+        prediction = await self._http.create("create", "POST", path, _Prediction, json=body)
+        return prediction.snapshot()
 
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """``GET /v1/predictions/{id}``; an unreadable body or a 404 fails the job."""
-        response = await self._http.call("get", "GET", _path(ref.provider_job_id))
+        response = await self._http.request("get", "GET", _path(ref.provider_job_id),
+                                            allow=(404,))
         if response.status_code == 404:
             return ProviderSnapshot(
                 provider_job_id=ref.provider_job_id, state=JobState.FAILED, raw_status="404",
                 error=f"{self.name}: the upstream prediction is not found",
             )
-        self._http.raise_for_status("get", response)
         try:
-            return self._prediction("get", response).snapshot()
+            return transport.parse(self.name, "get", response, _Prediction).snapshot()
         except ContractViolation as exc:
             return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
                                     raw_status="unreadable", error=exc.detail)
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /v1/predictions/{id}/cancel``; True unless it was already over."""
-        response = await self._http.call("cancel", "POST", _path(ref.provider_job_id) + "/cancel")
+        response = await self._http.request(
+            "cancel", "POST", _path(ref.provider_job_id) + "/cancel", allow=(404,)
+        )
         if response.status_code == 404:
             return False
-        self._http.raise_for_status("cancel", response)
         try:
-            prediction = self._prediction("cancel", response)
+            prediction = transport.parse(self.name, "cancel", response, _Prediction)
         except ContractViolation:
             return True
         return prediction.status == "canceled" or not map_status(prediction.status).terminal
@@ -218,23 +213,13 @@ class ReplicateAdapter:
             raise WebhookVerificationError(f"{self.name}: webhook does not verify: {exc}") from exc
 
     async def _load_secret(self) -> None:
-        response = await self._http.call("secret", "GET", "/v1/webhooks/default/secret")
-        self._http.raise_for_status("secret", response)
+        response = await self._http.request("secret", "GET", "/v1/webhooks/default/secret")
         try:
             key = transport.json_body(self.name, "secret", response)["key"]
             self._secret = Webhook(str(key))
         except (ContractViolation, KeyError, TypeError, ValueError) as exc:
             raise UpstreamRetryable(f"{self.name}: the webhook secret is unreadable") from exc
         self._secret_at = time.monotonic()
-
-    def _prediction(self, action: str, response: httpx.Response) -> _Prediction:
-        try:
-            return _Prediction.model_validate(transport.json_body(self.name, action, response))
-        except ValidationError as exc:
-            raise ContractViolation(
-                f"{self.name}: {action} answered a body that is not a prediction: "
-                f"{transport.describe(exc)}"
-            ) from exc
 
     async def _inputs(self, value: Any) -> Any:
         """Large ``data:`` URIs uploaded through ``/v1/files`` (where it exists)."""
@@ -258,10 +243,10 @@ class ReplicateAdapter:
         except ValueError:
             return uri
         files = {"content": ("input", data, content_type)}
-        response = await self._http.call("upload", "POST", "/v1/files", files=files)
+        response = await self._http.request("upload", "POST", "/v1/files", files=files,
+                                            allow=(404, 405, 501))
         if response.status_code in (404, 405, 501):
             return uri
-        self._http.raise_for_status("upload", response)
         try:
             url = transport.json_body(self.name, "upload", response)["urls"]["get"]
         except (ContractViolation, KeyError, TypeError) as exc:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from adapters import transport
 from contracts.errors import CapabilityMissing, ContractViolation, UpstreamRejected
@@ -159,18 +159,10 @@ class RunPodAdapter:
                 f"{self.name}: the input is {len(payload)} bytes; RunPod's /run takes at most "
                 f"{MAX_RUN_BYTES} (pass large files as URLs)"
             )
-        response = await self._http.call(
-            "submit", "POST", self._path(request.target, "run"), idempotent=False,
+        job = await self._http.create(
+            "submit", "POST", self._path(request.target, "run"), _Job,
             content=payload, headers={"Content-Type": "application/json"},
         )
-        self._http.raise_for_status("submit", response)
-        try:
-            job = _Job.model_validate(transport.json_body(self.name, "submit", response))
-        except (ValidationError, ContractViolation) as exc:
-            raise UpstreamRejected(
-                f"{self.name}: submit answered an unreadable body ({transport.describe(exc)}); "
-                "the job may exist at RunPod and is not retried"
-            ) from exc
         if not job.id:
             raise UpstreamRejected(f"{self.name}: submit answered without a job id")
         return self._snapshot(job.id, job)
@@ -178,28 +170,23 @@ class RunPodAdapter:
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """``/status/{id}``; a 404 or an unreadable body fails the job (readable error)."""
         path = self._path(ref.target, "status", ref.provider_job_id)
-        response = await self._http.call("status", self._status_method, path)
+        response = await self._http.request("status", self._status_method, path, allow=(404,))
         if response.status_code == 404:
             return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
                                     raw_status="404", error=EXPIRED_ERROR)
-        self._http.raise_for_status("status", response)
         try:
-            job = _Job.model_validate(transport.json_body(self.name, "status", response))
-        except (ValidationError, ContractViolation) as exc:
-            return ProviderSnapshot(
-                provider_job_id=ref.provider_job_id, state=JobState.FAILED,
-                raw_status="unreadable",
-                error=f"{self.name}: status unreadable: {transport.describe(exc)}",
-            )
+            job = transport.parse(self.name, "status", response, _Job)
+        except ContractViolation as exc:
+            return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
+                                    raw_status="unreadable", error=exc.detail)
         return self._snapshot(ref.provider_job_id, job)
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /cancel/{id}``; True when RunPod answered ``CANCELLED``."""
         path = self._path(ref.target, "cancel", ref.provider_job_id)
-        response = await self._http.call("cancel", "POST", path)
+        response = await self._http.request("cancel", "POST", path, allow=(404,))
         if response.status_code == 404:
             return False
-        self._http.raise_for_status("cancel", response)
         try:
             body = transport.json_body(self.name, "cancel", response)
         except ContractViolation:

@@ -12,6 +12,10 @@ One place where httpx exceptions, provider error statuses and unreadable bodies 
   ``UpstreamRejected``. ``Retry-After`` (seconds or an HTTP date) rides on the error.
 * Bodies are read up to ``max_response_bytes``; errors quote at most 200 characters of
   them, so a 10 MB error page becomes a readable one-line error.
+* :meth:`Upstream.request` sends and maps an error status; :func:`parse` reads the body
+  as the provider's model (an unreadable one is a ``ContractViolation``);
+  :meth:`Upstream.create` is both for a non-idempotent create, whose unreadable answer is
+  ``UpstreamRejected`` (the work may exist upstream: never resubmitted blindly).
 * :class:`RateLimiter` is a token bucket shared by all of a process's jobs on one
   provider. It never sleeps: an empty bucket raises ``ProviderBusy`` with the wait as
   ``retry_after_s``, and the caller persists its next attempt (STYLE.md rule 13).
@@ -23,11 +27,12 @@ import contextlib
 import email.utils
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from contracts.errors import (
     ContractViolation,
@@ -43,8 +48,11 @@ __all__ = [
     "describe",
     "excerpt",
     "json_body",
+    "parse",
     "parse_retry_after",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 EXCERPT_CHARS = 200
@@ -197,6 +205,38 @@ class Upstream:
         response._content = b"".join(chunks)  # what httpx.Response.aread() does, capped
         return response
 
+    async def request(
+        self, action: str, method: str, url: str, *, idempotent: bool = True,
+        allow: Collection[int] = (), **kwargs: Any,
+    ) -> httpx.Response:
+        """:meth:`call`, then :meth:`raise_for_status` unless the status is in ``allow``
+        (a 404 the adapter reads as "gone"). Raises what those two raise."""
+        response = await self.call(action, method, url, idempotent=idempotent, **kwargs)
+        if response.status_code not in allow:
+            self.raise_for_status(action, response)
+        return response
+
+    async def create(
+        self, action: str, method: str, url: str, model: type[M], **kwargs: Any
+    ) -> M:
+        """A non-idempotent create: :meth:`request`, then its answer as ``model``.
+
+        Raises
+        ------
+        ProviderBusy, UpstreamRetryable
+            As :meth:`request` (nothing reached the provider, or it said so).
+        UpstreamRejected
+            A 4xx, a failure after sending, or an answer that is not ``model``: the
+            work may exist upstream, so it is not retried.
+        """
+        response = await self.request(action, method, url, idempotent=False, **kwargs)
+        try:
+            return parse(self.name, action, response, model)
+        except ContractViolation as exc:
+            raise UpstreamRejected(
+                f"{exc.detail}; it may exist at the provider and is not retried"
+            ) from exc
+
     @contextlib.contextmanager
     def _errors(self, action: str, idempotent: bool) -> Iterator[None]:
         try:
@@ -246,6 +286,22 @@ def json_body(name: str, action: str, response: httpx.Response) -> Any:
         raise ContractViolation(
             f"{name}: {action} answered {response.status_code} with a body that is not JSON: "
             f"{excerpt(response.content)}"
+        ) from exc
+
+
+def parse(name: str, action: str, response: httpx.Response, model: type[M]) -> M:
+    """The response's body as ``model`` (extra fields as the model says).
+
+    Raises
+    ------
+    ContractViolation
+        Not JSON, or not ``model``: the message names the action and what is wrong.
+    """
+    try:
+        return model.model_validate(json_body(name, action, response))
+    except ValidationError as exc:
+        raise ContractViolation(
+            f"{name}: {action} answered an unreadable body: {describe(exc)}"
         ) from exc
 
 
