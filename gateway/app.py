@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import os
 import socket
@@ -24,7 +23,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway import assembly
+from gateway import assembly, collector
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
@@ -141,27 +140,9 @@ def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None,
     gw = settings.gateway
     where: dict[str, Any] = {"sock": sock} if sock else {"host": gw.host, "port": gw.port}
     app = create_app(settings)
-    app.on_startup.append(_settle_gc)  # after the cleanup contexts: everything is built
+    app.on_startup.append(collector.settle)  # after the cleanup contexts: all is built
     web.run_app(app, loop=_event_loop(), ssl_context=ssl_context,
                 print=None, access_log=None, shutdown_timeout=10.0, **where)
-
-
-GC_YOUNG_THRESHOLD = 10_000
-"""Allocations between two collections of the youngest generation (Python's default:
-700)."""
-
-
-async def _settle_gc(app: web.Application) -> None:
-    """Once started: collect, then freeze what start-up built (modules, SQLAlchemy's and
-    pydantic's structures, the app: about 100,000 objects that live as long as the
-    process), so no later collection walks them again, and collect the young generation
-    less often. Each create allocates thousands of short-lived objects: with Python's
-    defaults, collections took a sixth of the create path's CPU, a full one about 80 ms
-    (docs/benchmarks.md). Only the serving process does this: a frozen object is never
-    collected, and tests build many apps in one process."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:

@@ -364,20 +364,16 @@ def _fingerprint(target: str, request: CreatePrediction, cancel_after_s: float |
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-# datetimes, dataclasses and subclasses of str, int, dict... are not JSON values: orjson
-# refuses them too, so the webhook encoder decides.
-_ONLY_JSON = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-              | orjson.OPT_PASSTHROUGH_SUBCLASS)
+_ONLY_JSON = (orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # orjson
+              | orjson.OPT_PASSTHROUGH_SUBCLASS)  # refuses these non-JSON values too
 
 
 def _check_carriable(request: CreatePrediction) -> None:
     """Refuse an input that outbound webhooks could not carry (an integer no double can
     hold, such as ``10**309`` written out in full): it would end no prediction otherwise.
 
-    orjson answers first (a microsecond, against tens for the webhook encoder): what it
-    writes without a ``null`` has only integers within 64 bits and no non-finite float
-    (orjson writes those as ``null``), so the webhook encoder takes it too. Anything else
-    (a ``null``, a larger integer, a lone surrogate) is tried with the webhook encoder.
+    orjson first (a microsecond, the webhook encoder tens): no ``null`` in its output means
+    no integer beyond 64 bits and no NaN or infinity; otherwise the webhook encoder decides.
 
     Raises
     ------
