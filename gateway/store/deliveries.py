@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from contracts.replicate import WebhookEvent
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
+from gateway.store.fastwrite import FastWrites, sqlite_time
 from gateway.store.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
@@ -79,6 +81,7 @@ class DeliveryQueue(lease.Leasing):
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._reads = SqliteReads(engine)
+        self._fast = FastWrites(engine)  # outcomes on SQLite (store/fastwrite.py)
         self._outcomes: Group[tuple[int, dict[str, Any]], bool] = Group(
             "webhook-outcomes", self._record_group, max_items=256
         )
@@ -146,6 +149,9 @@ class DeliveryQueue(lease.Leasing):
     async def _record_group(
         self, group: list[tuple[int, dict[str, Any]]]
     ) -> list[bool | BaseException]:
+        fast = self._fast.run(lambda conn: _record_fast(conn, group, self._owner))
+        if fast is not None:
+            return list(fast)
         async with self._engine.begin() as conn:
             ids = [row_id for row_id, _ in group]
             held_rows = sa.select(table.c.id).where(
@@ -166,6 +172,29 @@ class DeliveryQueue(lease.Leasing):
             table.c.lease_owner == self._owner,
             table.c.status == DeliveryStatus.PENDING,
         )
+
+
+def _record_fast(
+    conn: sqlite3.Connection, group: list[tuple[int, dict[str, Any]]], owner: str
+) -> list[bool]:
+    """:meth:`DeliveryQueue._record_group` on ``sqlite3`` (:mod:`gateway.store.fastwrite`):
+    each row updated while this process holds it."""
+    held = []
+    for row_id, values in group:
+        names = sorted(values)
+        sql = "UPDATE outbox SET {} WHERE id = ? AND lease_owner = ? AND status = 'pending'"
+        bound = [_sqlite_value(values[name]) for name in names]
+        done = conn.execute(
+            sql.format(", ".join(f"{name} = ?" for name in names)), (*bound, row_id, owner)
+        )
+        held.append(done.rowcount == 1)
+    return held
+
+
+def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return sqlite_time(value)
+    return str(value) if isinstance(value, str) else value
 
 
 def _outbox_row(row: sa.Row[Any]) -> OutboxRow:

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
+from gateway.store.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.group import Group
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE
@@ -59,6 +63,7 @@ class _New:
 
 
 _INLINE_BYTES = 64 * 1024
+_Checks = dict[tuple[str, str], "datetime | None"]  # (job id, event key) -> check after
 MAX_HANDED = 1024  # events held in memory for the processor; more wait in the store
 _ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
 _UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
@@ -97,6 +102,7 @@ class ProviderEvents(lease.Leasing):
         self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)
         self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
         self._reads = SqliteReads(engine)
+        self._fast = FastWrites(engine)  # the hot transactions on SQLite (store/fastwrite.py)
         self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
 
     async def add(
@@ -140,6 +146,24 @@ class ProviderEvents(lease.Leasing):
             }
             for e in sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
         ]
+        checks = {(e.job_id, e.event_key): e.check_after for e in group}
+        small = all(len(e.body) <= _INLINE_BYTES for e in group)
+        stored = self._fast.run(lambda conn: _add_fast(conn, rows, checks)) if small else None
+        if stored is None:
+            stored = await self._add_engine(rows, checks)
+        new: list[bool | BaseException] = []
+        handed: list[ProviderEvent] = []
+        for e in group:
+            event_id = stored.pop((e.job_id, e.event_key), None)  # once within the group
+            new.append(event_id is not None)
+            if event_id is not None:
+                handed.append(ProviderEvent(event_id, e.job_id, e.provider, e.body))
+        if until is not None:
+            self._handed.extend((until, event) for event in sorted(handed, key=lambda e: e.id))
+        return new
+
+    async def _add_engine(self, rows: list[dict[str, Any]], checks: _Checks
+                          ) -> dict[tuple[str, str], int]:
         async with self._engine.begin() as conn:
             insert = db.dialect_insert(conn)
             statement = (
@@ -150,17 +174,10 @@ class ProviderEvents(lease.Leasing):
                 )
             )
             stored = {(r.job_id, r.event_key): r.id for r in await conn.execute(statement, rows)}
-            new: list[bool | BaseException] = []
-            handed: list[ProviderEvent] = []
-            for e in group:
-                event_id = stored.pop((e.job_id, e.event_key), None)  # once within the group
-                new.append(event_id is not None)
-                if event_id is not None:
-                    handed.append(ProviderEvent(event_id, e.job_id, e.provider, e.body))
-            await _postpone(conn, [e for e, n in zip(group, new, strict=True) if n])
-        if until is not None:
-            self._handed.extend((until, event) for event in sorted(handed, key=lambda e: e.id))
-        return new
+            params = _postponed(checks, stored)
+            if params:
+                await conn.execute(_POSTPONE, params)
+        return stored
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
         """Lease up to ``limit`` unprocessed events, oldest first: those this process
@@ -200,6 +217,11 @@ class ProviderEvents(lease.Leasing):
         return await self._marks(event_id)
 
     async def _mark_group(self, ids: list[int]) -> list[bool | BaseException]:
+        now = sqlite_time(self._clock.now())
+        sql = _MARK_SQL.format(in_list(len(ids)))
+        fast = self._fast.run(lambda c: {r[0] for r in c.execute(sql, (now, *ids, self._owner))})
+        if fast is not None:
+            return [event_id in fast for event_id in ids]
         async with self._engine.begin() as conn:
             done = await conn.execute(
                 self._held(ids)
@@ -226,13 +248,45 @@ class ProviderEvents(lease.Leasing):
         )
 
 
-async def _postpone(conn: AsyncConnection, new: list[_New]) -> None:
-    """One update per job, in id order: every process locks jobs rows in that order, so
-    two processes postponing the same jobs wait for each other instead of deadlocking."""
+def _postponed(checks: _Checks, stored: Mapping[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """The postponed checks of the jobs whose events were new (``stored``): one update per
+    job, in id order. Every process locks jobs rows in that order, so two processes
+    postponing the same jobs wait for each other instead of deadlocking."""
     until: dict[str, datetime] = {}
-    for e in new:
-        if e.check_after is not None:
-            until[e.job_id] = max(e.check_after, until.get(e.job_id, e.check_after))
-    params = [{"p_id": job_id, "p_until": until[job_id]} for job_id in sorted(until)]
-    if params:
-        await conn.execute(_POSTPONE, params)
+    for (job_id, event_key), at in checks.items():
+        if at is not None and (job_id, event_key) in stored:
+            until[job_id] = max(at, until.get(job_id, at))
+    return [{"p_id": job_id, "p_until": until[job_id]} for job_id in sorted(until)]
+
+
+_INSERT_SQL = (
+    "INSERT INTO provider_events (job_id, provider, event_key, body, received_at, lease_owner,"
+    " leased_until) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (job_id, event_key) DO NOTHING RETURNING id"
+)
+_POSTPONE_SQL = (  # noqa: S608 (fixed state names)
+    "UPDATE jobs SET next_attempt_at = ? WHERE id = ? AND state IN ({})"
+    " AND submitted_at IS NOT NULL AND next_attempt_at < ?"
+).format(", ".join(f"'{s}'" for s in ACTIVE))
+_MARK_SQL = (
+    "UPDATE provider_events SET lease_owner = NULL, processed_at = ?, leased_until = NULL"
+    " WHERE id IN ({}) AND lease_owner = ? AND processed_at IS NULL RETURNING id"
+)
+
+
+def _add_fast(conn: sqlite3.Connection, rows: list[dict[str, Any]], checks: _Checks
+              ) -> dict[tuple[str, str], int]:
+    """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.fastwrite`)."""
+    stored: dict[tuple[str, str], int] = {}
+    for r in rows:
+        found = conn.execute(_INSERT_SQL, (
+            r["job_id"], r["provider"], r["event_key"], r["body"], sqlite_time(r["received_at"]),
+            r["lease_owner"], sqlite_time(r["leased_until"]),
+        )).fetchone()
+        if found is not None:
+            stored[(r["job_id"], r["event_key"])] = found[0]
+    conn.executemany(_POSTPONE_SQL, [
+        (sqlite_time(p["p_until"]), p["p_id"], sqlite_time(p["p_until"]))
+        for p in _postponed(checks, stored)
+    ])
+    return stored
