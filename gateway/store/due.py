@@ -11,6 +11,7 @@ left behind without waking anyone).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,12 +21,39 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from contracts.job import ACTIVE_STATES, JobState
 from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.outbox import DeliveryStatus
+from gateway.store.reader import SqliteReads
 from gateway.store.schema import jobs, outbox, provider_events
 
 __all__ = ["Due"]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _UNSUBMITTED = [JobState.CREATING.value, JobState.QUEUED.value]
+
+
+# The queries below, written for SQLite's lock-free reader (stored times are strings in
+# one format, so they compare in time order); the same as the engine's, checked at import.
+_DISPATCH_SQL = (
+    "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
+    " FROM jobs WHERE state IN ('creating', 'queued') AND submitted_at IS NULL"
+    " AND (raw_status IN ('submitting', 'resubmitting', 'unreachable')"
+    " OR cancel_requested_at IS NULL)"
+)
+_FETCH_SQL = (
+    "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
+    " FROM jobs WHERE state IN ('creating', 'queued', 'running') AND submitted_at IS NOT NULL"
+)
+_EVENTS_SQL = (
+    "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE ? END)"
+    " FROM provider_events WHERE processed_at IS NULL"
+)
+_DELIVERY_SQL = (
+    "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
+    " FROM outbox WHERE status = 'pending'"
+)
+assert _UNSUBMITTED == ["creating", "queued"]
+assert MAYBE_SUBMITTED == ("submitting", "resubmitting", "unreachable")
+assert sorted(_ACTIVE) == ["creating", "queued", "running"]
+assert DeliveryStatus.PENDING.value == "pending"
 
 
 def _when(next_at: Any, leased_until: Any, now: datetime) -> Any:
@@ -40,53 +68,72 @@ class Due:
     ----------
     engine : AsyncEngine
         The process's engine (owned by the caller).
+    fast : bool
+        Whether SQLite's lock-free reader answers (else always the engine).
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, fast: bool = True) -> None:
         self._engine = engine
+        self._reads = SqliteReads(engine) if fast else None
 
-    async def _min(self, query: sa.Select[Any]) -> datetime | None:
+    async def _min(
+        self, query: Callable[[], sa.Select[Any]], sql: str | None = None,
+        params: tuple[Any, ...] = (),
+    ) -> datetime | None:
+        """The one value of the query ``query()`` builds; on SQLite ``sql`` (the same query,
+        fixed) answers it through the lock-free reader (store/reader.py) instead, which
+        costs neither building the statement nor an engine round."""
+        fast = self._reads.time(sql, params) if sql and self._reads is not None else None
+        if fast is not None:
+            return fast[0]
         async with self._engine.connect() as conn:
-            return (await conn.execute(query)).scalar()
+            return (await conn.execute(query())).scalar()
 
     async def dispatch(self, now: datetime) -> datetime | None:
         """The earliest time an unsubmitted job is due for dispatch: the jobs that
         :meth:`gateway.store.dispatching.DispatchClaims.claim_dispatch` takes, including
         those with a cancel request (or past their deadline) a submit may have reached."""
-        when = _when(jobs.c.next_attempt_at, jobs.c.leased_until, now)
         return await self._min(
-            sa.select(sa.func.min(when)).where(
+            lambda: sa.select(
+                sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until, now))
+            ).where(
                 jobs.c.state.in_(_UNSUBMITTED),
                 jobs.c.submitted_at.is_(None),
                 sa.or_(
                     jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # the cancel goes via the provider
                     jobs.c.cancel_requested_at.is_(None),
                 ),
-            )
+            ),
+            _DISPATCH_SQL, (now,),
         )
 
     async def fetch(self, now: datetime) -> datetime | None:
         """The earliest time a submitted job is due for a poll or watchdog probe."""
-        when = _when(jobs.c.next_attempt_at, jobs.c.leased_until, now)
         return await self._min(
-            sa.select(sa.func.min(when)).where(
-                jobs.c.state.in_(_ACTIVE), jobs.c.submitted_at.is_not(None)
-            )
+            lambda: sa.select(
+                sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until, now))
+            ).where(jobs.c.state.in_(_ACTIVE), jobs.c.submitted_at.is_not(None)),
+            _FETCH_SQL, (now,),
         )
 
     async def events(self, now: datetime) -> datetime | None:
         """When a stored, unapplied provider event can next be claimed."""
         leased = provider_events.c.leased_until
-        when = sa.case((leased > now, leased), else_=now)
         return await self._min(
-            sa.select(sa.func.min(when)).where(provider_events.c.processed_at.is_(None))
+            lambda: sa.select(sa.func.min(sa.case((leased > now, leased), else_=now))).where(
+                provider_events.c.processed_at.is_(None)
+            ),
+            _EVENTS_SQL, (now, now),
         )
 
     async def delivery(self, now: datetime) -> datetime | None:
         """The earliest time a pending outbound webhook is due (or its lease runs out)."""
-        when = _when(outbox.c.next_attempt_at, outbox.c.leased_until, now)
-        pending = outbox.c.status == DeliveryStatus.PENDING
-        return await self._min(sa.select(sa.func.min(when)).where(pending))
+        return await self._min(
+            lambda: sa.select(
+                sa.func.min(_when(outbox.c.next_attempt_at, outbox.c.leased_until, now))
+            ).where(outbox.c.status == DeliveryStatus.PENDING),
+            _DELIVERY_SQL, (now,),
+        )
 
     async def reap(
         self, now: datetime, *, grace_s: float, resend_s: float, lifetime_s: float

@@ -16,6 +16,7 @@ others.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -149,5 +150,11 @@ async def update_rows(conn: AsyncConnection, table: sa.Table, rows: Sequence[Row
         shape = (tuple(sorted(match)), tuple(sorted(values)))
         shapes[shape].append({**{f"w_{c}": v for c, v in match.items()}, **values})
     for (matched, _), params in shapes.items():
-        statement = table.update().where(*(table.c[c] == sa.bindparam(f"w_{c}") for c in matched))
-        await conn.execute(statement, params)
+        await conn.execute(_update_where(table, matched), params)
+
+
+@functools.lru_cache(maxsize=64)
+def _update_where(table: sa.Table, matched: tuple[str, ...]) -> sa.Update:
+    """``UPDATE table WHERE`` each ``matched`` column equals its ``w_`` parameter (built
+    once per shape: building a statement costs more than SQLite running it)."""
+    return table.update().where(*(table.c[c] == sa.bindparam(f"w_{c}") for c in matched))

@@ -80,6 +80,18 @@ TERMINAL_DELIVERY_STATUSES = frozenset(
 )
 
 
+# The statements every terminal write runs, built once.
+_FINISHED: sa.BindParameter[list[str]] = sa.bindparam("finished", expanding=True)
+_SUPERSEDE = (
+    outbox.update()
+    .where(outbox.c.job_id.in_(_FINISHED), outbox.c.status == DeliveryStatus.PENDING)
+    .where(outbox.c.attempts == 0)
+    .values(status=DeliveryStatus.SUPERSEDED)
+)
+_INSERT = outbox.insert()
+_INSERT_IDS = outbox.insert().returning(outbox.c.msg_id, outbox.c.id)
+
+
 def new_msg_id() -> str:
     """A Standard Webhooks message id, stable across the retries of one event."""
     return "msg_" + secrets.token_hex(12)
@@ -222,22 +234,16 @@ class Planner:
                 finished.append(new.id)
             rows.append(self._row(new, event, plan.payload, now, now))
         if finished:
-            await conn.execute(
-                outbox.update()
-                .where(outbox.c.job_id.in_(finished), outbox.c.status == DeliveryStatus.PENDING)
-                .where(outbox.c.attempts == 0)
-                .values(status=DeliveryStatus.SUPERSEDED)
-            )
+            await conn.execute(_SUPERSEDE, {"finished": finished})
         leased: list[dict[str, object]] = []
         if rows and self.handoff is not None and handed is not None:
             leased = await self.handoff.lease(conn, rows, now, handed)
         if leased:
-            returning = outbox.insert().returning(outbox.c.msg_id, outbox.c.id)
-            ids = {msg_id: row_id for msg_id, row_id in await conn.execute(returning, rows)}
+            ids = {msg_id: row_id for msg_id, row_id in await conn.execute(_INSERT_IDS, rows)}
             for row in leased:
                 row["id"] = ids[row["msg_id"]]
         elif rows:
-            await conn.execute(outbox.insert(), rows)
+            await conn.execute(_INSERT, rows)
         return coalesced + len(rows)
 
     async def _coalesce(

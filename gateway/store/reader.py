@@ -59,6 +59,10 @@ def _sqlite_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def _bound(params: Sequence[Any]) -> list[Any]:
+    return [_sqlite_time(p) if isinstance(p, datetime) else p for p in params]
+
+
 def _from_sqlite(row: Sequence[Any]) -> Job:
     values = list(row)
     for index, convert in _CONVERT:
@@ -122,9 +126,17 @@ class SqliteReads:
     def exists(self, sql: str, params: Sequence[Any]) -> bool | None:
         """Whether ``sql`` (a fixed query; datetimes in ``params`` are bound as the store
         writes them) returns a row, or None when this reader cannot answer."""
-        bound = [_sqlite_time(p) if isinstance(p, datetime) else p for p in params]
-        rows = self._rows(sql, bound)
+        rows = self._rows(sql, _bound(params))
         return None if rows is None else bool(rows)
+
+    def time(self, sql: str, params: Sequence[Any]) -> tuple[datetime | None] | None:
+        """``(the time in the first column of the first row, or None,)`` of ``sql`` (bound
+        as :meth:`exists` binds), or None when this reader cannot answer."""
+        rows = self._rows(sql, _bound(params))
+        if rows is None:
+            return None
+        value = rows[0][0] if rows else None
+        return (None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC),)
 
     def routes_version(self) -> tuple[int] | None:
         """``(newest route change id or 0,)``, or None when this reader cannot answer."""

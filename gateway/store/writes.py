@@ -233,12 +233,16 @@ def _small(jobs_: list[Job]) -> bool:
     return True
 
 
+_IDS: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
+_READ = sa.select(jobs).where(jobs.c.id.in_(_IDS)).order_by(jobs.c.id)  # built once
+# FOR NO KEY UPDATE: the id never changes, so new provider events (whose foreign key
+# takes KEY SHARE on the job) are not held up by a write
+_LOCK = _READ.with_for_update(key_share=True)
+
+
 async def _select(conn: AsyncConnection, ids: list[str], *, lock: bool) -> dict[str, Job]:
-    query = sa.select(jobs).where(jobs.c.id.in_(ids)).order_by(jobs.c.id)
-    if lock:  # FOR NO KEY UPDATE: the id never changes, so new provider events (whose
-        # foreign key takes KEY SHARE on the job) are not held up by a write
-        query = query.with_for_update(key_share=True)
-    return {row.id: job_from_row(row) for row in await conn.execute(query)}
+    rows = await conn.execute(_LOCK if lock else _READ, {"ids": ids})
+    return {row.id: job_from_row(row) for row in rows}
 
 
 async def _update(conn: AsyncConnection, going: list[_Ready]) -> None:
