@@ -122,7 +122,8 @@ class Finalizer:
                 job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
             )
         self._notifier.job_changed(job.id, done)
-        self._notifier.wake(LoopName.DISPATCHER)  # a provider slot may have freed
+        if self._store.may_be_waiting(job.provider):  # a provider slot may have freed
+            self._notifier.wake(LoopName.DISPATCHER)
         self._notifier.wake(LoopName.DELIVERY)
         if done is None:
             return await self._store.get(job.id)

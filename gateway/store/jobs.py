@@ -43,6 +43,10 @@ from gateway.store.writes import JobWrites, Write
 __all__ = ["AssetRecord", "JobStore", "NewJob", "Outcome", "Progress", "ValueRefused"]
 
 _BATCH = 500
+_WAITING_SQL = (
+    "SELECT 1 FROM jobs WHERE provider = ? AND state IN ('creating', 'queued')"
+    " AND submitted_at IS NULL LIMIT 1"
+)
 
 
 class JobStore(Claims):
@@ -158,6 +162,12 @@ class JobStore(Claims):
         if found is None:
             raise NotFound(f"prediction {job_id!r} does not exist")
         return found
+
+    def may_be_waiting(self, provider: str) -> bool:
+        """Whether a job of ``provider`` may wait for dispatch (unsubmitted and active):
+        False only when SQLite's lock-free reader says none does (store/reader.py), so a
+        finished job need not wake the dispatcher for a slot nobody waits for."""
+        return self.fast_reads.exists(_WAITING_SQL, (provider,)) is not False
 
     async def callback_token(self, job_id: str) -> tuple[str, str] | None:
         """``(provider, callback_token)`` of a job, or None if unknown."""
