@@ -5,10 +5,15 @@ is never polled) and a receiving app (an aiohttp server on 127.0.0.1). Creates
 predictions with a ``completed``-only webhook to the app, waits until they are submitted,
 then sends the fake provider's signed completion webhooks at a fixed rate and records,
 per prediction, the time from sending the provider's webhook to the app receiving its
-``completed`` webhook. Prints p50/p99 latency, and the rate at which completions reached
-the app against the rate they were sent (a chain that keeps up delivers at the sent rate).
+``completed`` webhook. Prints p50/p99 latency, the rate at which completions reached
+the app against the rate they were sent (a chain that keeps up delivers at the sent rate),
+and the gateway process's CPU time per completion (``/proc/PID/stat``, from the first
+completion sent to the last webhook received). ``--sequential N`` then sends N more one
+at a time, each once the previous one's webhook arrived: latency and CPU per completion
+without batching or queueing, the figure that moves least with the machine's load.
 
     .venv/bin/python bench/completions.py [--rates 100,300] [--seconds 5] [--backend sqlite]
+        [--sequential 200]   (default 200; 0: none)
 """
 
 from __future__ import annotations
@@ -88,9 +93,10 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, seconds: float
-                   ) -> str:
-    count = int(rate * seconds)
+async def submitted(gateway: GatewayProcess, url: str, app: App, count: int
+                    ) -> dict[str, str]:
+    """``count`` new predictions with a ``completed`` webhook to ``app``, once the
+    dispatcher has submitted them all: id -> callback token, in creation order."""
     hook = {"webhook": f"http://127.0.0.1:{app.port}/hook", "webhook_events_filter": ["completed"]}
     body = {"version": "bench/echo", "input": {"prompt": "hi"}, **hook}
     limits = httpx.Limits(max_connections=64)
@@ -100,48 +106,87 @@ async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, secon
             batch = [http.post(f"{gateway.url}/v1/predictions", json=body)
                      for _ in range(min(64, count - start))]
             ids += [r.json()["id"] for r in await asyncio.gather(*batch)]
+    secret = await tokens(url, ids)
+    while len(secret) < len(ids):
+        await asyncio.sleep(0.2)
         secret = await tokens(url, ids)
-        while len(secret) < len(ids):  # the dispatcher submits them all first
-            await asyncio.sleep(0.2)
-            secret = await tokens(url, ids)
-        cpu_before = cpu_s(gateway.pid)
-        sent: dict[str, float] = {}
+    return secret
 
-        # The provider's side sends through aiohttp: httpx's pool costs the sender more
-        # CPU per request than the gateway spends on it, and the sender set the pace.
-        connector = aiohttp.TCPConnector(limit=64)
-        async with aiohttp.ClientSession(connector=connector) as provider:
 
-            async def complete(job_id: str) -> None:
-                event = json.dumps({"id": f"fake-{job_id}", "status": "completed",
-                                    "output": "ok"}).encode()
-                signature = hmac.new(FAKE_SECRET, event, hashlib.sha256).hexdigest()
-                sent[job_id] = time.perf_counter()
-                url = f"{gateway.url}/provider-webhooks/fake/{job_id}/{secret[job_id]}"
-                async with provider.post(url, data=event,
-                                         headers={"x-fake-signature": signature}) as answer:
-                    await answer.read()
+class Provider:
+    """The fake provider's side: its signed completion webhooks, sent through aiohttp
+    (httpx's pool costs the sender more CPU per request than the gateway spends on it,
+    and the sender set the pace)."""
 
-            begin = time.perf_counter()
-            tasks = []
-            for n, job_id in enumerate(ids):
-                delay = begin + n / rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(complete(job_id)))
-            await asyncio.gather(*tasks)
-            sent_rate = count / (time.perf_counter() - begin)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(app.all_arrived(set(ids)), 60)
+    def __init__(self, gateway: GatewayProcess, secret: dict[str, str]) -> None:
+        self.gateway, self.secret = gateway, secret
+        self.sent: dict[str, float] = {}
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+
+    async def complete(self, job_id: str) -> None:
+        event = json.dumps({"id": f"fake-{job_id}", "status": "completed",
+                            "output": "ok"}).encode()
+        signature = hmac.new(FAKE_SECRET, event, hashlib.sha256).hexdigest()
+        self.sent[job_id] = time.perf_counter()
+        url = f"{self.gateway.url}/provider-webhooks/fake/{job_id}/{self.secret[job_id]}"
+        async with self.session.post(url, data=event,
+                                     headers={"x-fake-signature": signature}) as answer:
+            await answer.read()
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (seconds) in ms; 0 when there are none."""
+    got = sorted(values)
+    return 1000 * got[min(len(got) - 1, int(len(got) * q))] if got else 0.0
+
+
+async def run_rate(gateway: GatewayProcess, url: str, app: App, rate: int, seconds: float
+                   ) -> str:
+    count = int(rate * seconds)
+    secret = await submitted(gateway, url, app, count)
+    ids = list(secret)
+    cpu_before = cpu_s(gateway.pid)
+    provider = Provider(gateway, secret)
+    async with provider.session:
+        begin = time.perf_counter()
+        tasks = []
+        for n, job_id in enumerate(ids):
+            delay = begin + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(provider.complete(job_id)))
+        await asyncio.gather(*tasks)
+        sent_rate = count / (time.perf_counter() - begin)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(app.all_arrived(set(ids)), 60)
     cpu_ms = 1000 * (cpu_s(gateway.pid) - cpu_before) / count
-    got = [app.arrived[i] - sent[i] for i in ids if i in app.arrived]
-    got.sort()
+    got = [app.arrived[i] - provider.sent[i] for i in ids if i in app.arrived]
     last = max((app.arrived[i] for i in ids if i in app.arrived), default=begin)
     delivered_rate = len(got) / (last - begin) if got else 0.0
-    p = (lambda q: 1000 * got[min(len(got) - 1, int(len(got) * q))]) if got else (lambda q: 0)
     return (f"{rate:5d}/s asked, {sent_rate:6.0f}/s sent, {delivered_rate:6.0f}/s delivered "
-            f"({len(got)}/{count});  latency p50 {p(0.5):8.1f} ms  p99 {p(0.99):8.1f} ms;  "
-            f"gateway CPU {cpu_ms:.2f} ms/completion")
+            f"({len(got)}/{count});  latency p50 {quantile(got, 0.5):8.1f} ms  "
+            f"p99 {quantile(got, 0.99):8.1f} ms;  gateway CPU {cpu_ms:.2f} ms/completion")
+
+
+async def run_sequential(gateway: GatewayProcess, url: str, app: App, count: int) -> str:
+    """``count`` completions one at a time (after 20 unmeasured ones), each sent once the
+    previous one's webhook arrived: the chain's own latency and CPU per completion, with
+    no batching and no queueing (the figure least moved by the machine's load)."""
+    secret = await submitted(gateway, url, app, count + 20)
+    ids = list(secret)
+    provider = Provider(gateway, secret)
+    async with provider.session:
+        for job_id in ids[:20]:
+            await provider.complete(job_id)
+            await app.all_arrived({job_id})
+        cpu_before = cpu_s(gateway.pid)
+        for job_id in ids[20:]:
+            await provider.complete(job_id)
+            await app.all_arrived({job_id})
+        cpu_ms = 1000 * (cpu_s(gateway.pid) - cpu_before) / count
+    got = [app.arrived[i] - provider.sent[i] for i in ids[20:]]
+    return (f"{count:5d} one at a time;  latency p50 {quantile(got, 0.5):8.1f} ms  "
+            f"p99 {quantile(got, 0.99):8.1f} ms;  gateway CPU {cpu_ms:.2f} ms/completion")
 
 
 async def main_async(args: argparse.Namespace) -> list[str]:
@@ -156,8 +201,12 @@ async def main_async(args: argparse.Namespace) -> list[str]:
             config["webhooks"] = {"allow_hosts": ["127.0.0.1"]}
             gateway = GatewayProcess(config, Path(tmp)).start()
             try:
-                for rate in (int(r) for r in args.rates.split(",")):
+                for rate in (int(r) for r in args.rates.split(",") if r):
                     line = await run_rate(gateway, url, app, rate, args.seconds)
+                    print(f"  {args.backend} {line}", flush=True)
+                    lines.append(f"{args.backend} completion -> webhook {line}")
+                if args.sequential:
+                    line = await run_sequential(gateway, url, app, args.sequential)
                     print(f"  {args.backend} {line}", flush=True)
                     lines.append(f"{args.backend} completion -> webhook {line}")
             finally:
@@ -172,6 +221,8 @@ def main() -> None:
     parser.add_argument("--rates", default="100,300")
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--backend", default="sqlite")
+    parser.add_argument("--sequential", type=int, default=200,
+                        help="then this many completions one at a time (0: none)")
     args = parser.parse_args()
     print("command:", " ".join(["python", *sys.argv]))
     load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
