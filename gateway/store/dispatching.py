@@ -6,8 +6,8 @@ round is one transaction serialised per provider (a transaction-scoped advisory 
 PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so ``max_concurrency`` holds across gateway
 processes. Its statements, in order:
 
-1. the waiting jobs, oldest first, at most :data:`SMALL_ROUND` + 1 (none: the round ends
-   here, without a count), read from two ranges of an index (:func:`_head`);
+1. at most :data:`SMALL_ROUND` + 1 waiting jobs (none: the round ends here, without a
+   count), read from two ranges of an index (:func:`_head`);
 2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs; on
    SQLite, when the jobs table has never held half as many rows as ``max_concurrency``,
    ``max(rowid)`` stands for it: no more jobs than that can be in flight, and the
@@ -78,16 +78,18 @@ def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
 
 
 def _head(unsubmitted: list[Any], now: datetime) -> sa.Select[Any]:
-    """The waiting jobs (``unsubmitted`` and due at ``now``), oldest first, at most
-    :data:`SMALL_ROUND` + 1. Due is ``next_attempt_at <= now`` or unset: one branch each,
-    so each is a range of the ``(state, next_attempt_at)`` index (with the two together,
-    SQLite read every unsubmitted row, jobs in flight at a polling provider included)."""
+    """At most :data:`SMALL_ROUND` + 1 waiting jobs (``unsubmitted`` and due at ``now``),
+    in no order: fewer than that are all of them. Due is ``next_attempt_at <= now`` or
+    unset: one branch each, so each is a range of the ``(state, next_attempt_at)`` index
+    (with the two together, SQLite read every unsubmitted row, jobs in flight at a
+    polling provider included); no ``ORDER BY``, so a long queue is not sorted to learn
+    that it is long."""
     columns = (jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
     both = sa.union_all(
         sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at <= now),
         sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at.is_(None)),
     ).subquery()
-    return sa.select(both).order_by(both.c.created_at, both.c.id).limit(SMALL_ROUND + 1)
+    return sa.select(both).limit(SMALL_ROUND + 1)
 
 
 class DispatchClaims(lease.Leasing):
@@ -143,10 +145,11 @@ class DispatchClaims(lease.Leasing):
         async with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
-            head = [
-                Candidate(r.id, r.owner or "", r.priority, r.created_at)
-                for r in await conn.execute(_head(unsubmitted, now))
-            ]
+            head = sorted(
+                (Candidate(r.id, r.owner or "", r.priority, r.created_at)
+                 for r in await conn.execute(_head(unsubmitted, now))),
+                key=lambda c: (c.created_at, c.id),
+            )
             if not head:
                 return []  # nothing waiting (a round woken by a finished job): no count
             limit = max_concurrency - await self._in_flight(conn, provider, now, max_concurrency)
