@@ -118,15 +118,19 @@ class LineHandler(logging.StreamHandler):
         self._lines.append(line)
 
     def emit_json(self, data: dict[str, Any]) -> bool:
-        """Write ``data`` (JSON values only) as one line, as :meth:`emit` writes a record's,
-        without a record (see :func:`json_sink`); False, writing nothing, off the event
-        loop thread."""
+        """Write ``data`` as one line, as :meth:`emit` writes a record's fields, without a
+        record (see :func:`json_sink`); False, writing nothing, off the event loop
+        thread."""
         loop = self._running_loop()
         if loop is None:
             return False
+        try:  # as JsonFormatter.format writes the same fields
+            line = orjson.dumps(data, default=str, option=_AS_JSON_DID).decode()
+        except TypeError:
+            line = json.dumps(data, default=str)
         if not self._lines:
             loop.call_soon(self._flush_lines)
-        self._lines.append(orjson.dumps(data).decode())
+        self._lines.append(line)
         return True
 
     def _flush_lines(self) -> None:
@@ -181,8 +185,7 @@ def json_sink(logger: logging.Logger, level: int) -> LineHandler | None:
 def info(logger: logging.Logger, event: str, fields: dict[str, Any]) -> None:
     """``logger.info(event, extra=fields)``; on the event loop thread, when
     :func:`json_sink` finds the line handler alone on the way, the same line is handed to
-    it directly (no ``LogRecord``: a few microseconds instead of about ten). ``fields``:
-    JSON values only (str, int, float, bool, None, lists and dicts of them)."""
+    it directly (no ``LogRecord``: a few microseconds instead of about ten)."""
     sink = json_sink(logger, logging.INFO)
     if sink is None or not sink.emit_json({
         "ts": iso_time(time.time()), "level": "info", "logger": logger.name, "event": event,

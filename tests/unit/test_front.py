@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from contracts.errors import Unauthenticated
+from contracts.job import JobState
 from gateway import logs
 from gateway.http.middleware import ApiTokens
 
@@ -62,7 +63,8 @@ def test_the_direct_line_is_the_formatted_record(configured: io.StringIO) -> Non
     sink = logs.json_sink(log, logging.INFO)
     assert isinstance(sink, logs.LineHandler)
     fields = {"method": "GET", "route": "/v1/predictions/{id}", "status": 200,
-              "duration_ms": 0.25, "request_id": "abc", "token": None}
+              "duration_ms": 0.25, "request_id": "abc", "token": None,
+              "at": datetime(2026, 1, 2, tzinfo=UTC), "big": 2**70, "state": JobState.QUEUED}
     record = log.makeRecord(log.name, logging.INFO, __file__, 1, "request", (), None,
                             extra=fields)
     formatted = logs.JsonFormatter().format(record)
