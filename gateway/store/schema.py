@@ -1,7 +1,9 @@
 """The store's tables (SQLAlchemy 2 Core metadata), shared by SQLite and PostgreSQL.
 
-The alembic migrations in ``gateway/migrations`` create exactly these tables; a test
-checks that the migrated schema matches this metadata.
+The alembic migrations in ``gateway/store/migrations`` create exactly these tables;
+tests/integration/test_schema_migrations.py checks that the migrated schema matches this
+metadata (and tests/unit/test_fresh_sqlite_schema.py that a fresh SQLite store made from
+``sqlite_head.sql`` is the migrated one).
 """
 
 from __future__ import annotations
