@@ -225,6 +225,41 @@ def test_compact_json_round_trips_through_python(value: object) -> None:
     assert parsed == _as_doubles(value)
 
 
+# The fast path (orjson, gateway/webhooks/signing.py) must write what the exact encoder
+# writes, byte for byte: the webhook signature covers these bytes. Values that mostly take
+# it (no surrogate, integers near 2**53, floats JS prints otherwise, array-index keys).
+_orjson_keys = st.text(st.characters(exclude_categories=("Cs",)), max_size=6) | st.sampled_from(
+    ["0", "00", "01", "7", "4294967294", "4294967295", "-1", "1.0", "\u0661", "\u00b2"]
+)
+_orjson_floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [-0.0, 1.0, 1e16, 1e21, 1e-7, 1e-6, 5e-324, 2.0**53, 2.0**53 + 2, 0.1 + 0.2, 1.5e300]
+)
+_orjson_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) - 2, 2**53 + 2)
+    | _orjson_floats
+    | st.text(st.characters(exclude_categories=("Cs",)))
+    | _tricky_text,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=4).map(tuple)
+    | st.dictionaries(_orjson_keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(value=_orjson_values | json_values)
+def test_the_fast_path_writes_the_exact_encoders_bytes(value: object) -> None:
+    try:
+        exact = "".join(signing._encode(value, set())).encode("utf-8")
+    except (ValueError, TypeError) as exc:
+        with pytest.raises(type(exc)):
+            signing.compact_json(value)
+        return
+    assert signing.compact_json(value) == exact
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1, {"x": math.nan}], 2**1100])
 def test_compact_json_refuses_what_json_cannot_carry(value: object) -> None:
     with pytest.raises(ValueError):

@@ -1,0 +1,95 @@
+"""Provider events handed to this process's event processor in memory, on every backend
+(gateway/store/events.py): the row is committed leased to the process that received it;
+a process that dies before applying it loses nothing (any process applies it once the
+lease has run out, exactly once), a live process never applies its own copy after
+another took it, and no number of unapplied events grows the memory past MAX_HANDED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from contracts.job import JobState
+from gateway.app import _EVENTS, OWNER
+from gateway.store import events as events_module
+from gateway.store.schema import provider_events
+from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.outbox import events_loop
+
+LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
+
+
+async def queued_job(gateway: GatewayHarness) -> str:
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await gateway.settle()
+    return str(prediction["id"])
+
+
+async def event_rows(gateway: GatewayHarness) -> list[sa.Row[Any]]:
+    async with gateway.store.engine.connect() as conn:
+        query = sa.select(provider_events).order_by(provider_events.c.id)
+        return list((await conn.execute(query)).all())
+
+
+async def drain(gateway: GatewayHarness) -> int:
+    applied = 0
+    while n := await events_loop(gateway).run_once():
+        applied += n
+    return applied
+
+
+async def test_an_event_whose_process_died_is_applied_once_by_another_after_its_lease(
+    make_gateway: Any,
+) -> None:
+    first = await make_gateway()
+    job_id = await queued_job(first)
+    assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    (row,) = await event_rows(first)
+    assert (row.lease_owner, row.processed_at) == (first.app[OWNER], None)  # committed, held
+    # The first process now dies: its in-memory copy is never applied.
+    second = await make_gateway()
+    assert second.app[OWNER] != first.app[OWNER]
+    assert await drain(second) == 0  # still leased to the dead process
+    second.clock.advance(LEASE_S + 1)
+    assert await drain(second) == 1
+    (row,) = await event_rows(second)
+    assert row.processed_at is not None and row.lease_owner is None
+    assert (await second.get(job_id))["status"] == "succeeded"
+    assert await drain(second) == 0  # once
+
+
+async def test_a_live_process_does_not_apply_its_copy_once_its_lease_has_run_low(
+    make_gateway: Any,
+) -> None:
+    first = await make_gateway()
+    job_id = await queued_job(first)
+    assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    second = await make_gateway()
+    for gateway in (first, second):  # the first was stalled past its lease (a long pause)
+        gateway.clock.advance(LEASE_S + 1)
+    assert await drain(second) == 1
+    assert await drain(first) == 0  # its in-memory copy is too old: left to the store
+    (row,) = await event_rows(first)
+    assert row.processed_at is not None
+
+
+async def test_unapplied_events_beyond_max_handed_stay_in_the_store_for_anyone(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events_module, "MAX_HANDED", 2)
+    first = await make_gateway()
+    job_ids = [await queued_job(first) for _ in range(4)]
+    for job_id in job_ids:  # nothing applies them yet: a slow or busy processor
+        assert await first.deliver(job_id, JobState.COMPLETED, output=job_id) == 200
+    assert len(first.app[_EVENTS]._handed) <= 2  # the memory held is bounded
+    rows = await event_rows(first)
+    assert [r.lease_owner for r in rows].count(first.app[OWNER]) == 2
+    second = await make_gateway()
+    assert await drain(second) == 2  # the unleased ones, at once, by another process
+    assert await drain(first) == 2  # its own two, from memory
+    for job_id in job_ids:
+        assert (await first.get(job_id))["status"] == "succeeded"
+    assert all(r.processed_at is not None for r in await event_rows(first))
