@@ -111,7 +111,7 @@ def _model_name(request: web.Request) -> str:
         raise NotFound(str(exc)) from exc
 
 
-def _create(body: ModelPredictionRequest, **target: Any) -> CreatePrediction:
+def _create(body: ModelPredictionRequest | PredictionRequest, **target: Any) -> CreatePrediction:
     webhook, events = body.webhook, body.webhook_events_filter
     if webhook is None and body.webhook_completed is not None:
         webhook, events = body.webhook_completed, ["completed"]
@@ -151,8 +151,7 @@ async def create_prediction(request: web.Request) -> web.Response:
         model, version_id = parse_version_ref(body.version)
     except ValueError as exc:
         raise ContractViolation(str(exc)) from exc
-    fields = body.model_dump(exclude={"version"})
-    create = _create(ModelPredictionRequest(**fields), model=model, version_id=version_id)
+    create = _create(body, model=model, version_id=version_id)
     return await _respond_created(request, create, "predictions")
 
 
