@@ -87,7 +87,8 @@ def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``cutover`` console script; returns the exit status."""
+    """The ``cutover`` command (the console script, :mod:`gateway.console`, imports this
+    module with the collector paused, then calls it); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["chaos"]:
         from chaos import cli as chaos_cli

@@ -1,0 +1,31 @@
+"""The ``cutover`` console script: :func:`gateway.cli.main`, imported with the garbage
+collector paused.
+
+Importing the gateway builds about 90,000 objects that live as long as the process
+(modules, classes, SQLAlchemy's and pydantic's structures) and leaves about 2,000 cyclic
+ones behind; with the collector running, its ~200 collections during the import were a
+sixth of the start-up's CPU, and the first collection after it walks everything again.
+So the import runs with the collector off, what it built is frozen (never walked again;
+the few garbage cycles among it are kept, a few hundred KiB), and the collector is back
+on before any command runs (docs/benchmarks.md, "Start-up"). Only this process does
+this: importing :mod:`gateway.cli` elsewhere (tests) leaves the collector alone.
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ["main"]
+
+
+def main() -> int:
+    """Entry point of the ``cutover`` console script; returns the exit status."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        from gateway import cli
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+    return cli.main()
