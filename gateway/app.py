@@ -388,5 +388,6 @@ def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+            await app[_EVENTS].release_handed()  # to the next process now, not after a lease
 
     return loops

@@ -28,6 +28,14 @@ async def queued_job(gateway: GatewayHarness) -> str:
     return str(prediction["id"])
 
 
+async def received(make_gateway: Any) -> tuple[GatewayHarness, str]:
+    """A gateway that has stored (not yet applied) a job's completed provider event."""
+    first = await make_gateway()
+    job_id = await queued_job(first)
+    assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    return first, job_id
+
+
 async def event_rows(gateway: GatewayHarness) -> list[sa.Row[Any]]:
     async with gateway.store.engine.connect() as conn:
         query = sa.select(provider_events).order_by(provider_events.c.id)
@@ -44,9 +52,7 @@ async def drain(gateway: GatewayHarness) -> int:
 async def test_an_event_whose_process_died_is_applied_once_by_another_after_its_lease(
     make_gateway: Any,
 ) -> None:
-    first = await make_gateway()
-    job_id = await queued_job(first)
-    assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    first, job_id = await received(make_gateway)
     (row,) = await event_rows(first)
     assert (row.lease_owner, row.processed_at) == (first.app[OWNER], None)  # committed, held
     # The first process now dies: its in-memory copy is never applied.
@@ -64,9 +70,7 @@ async def test_an_event_whose_process_died_is_applied_once_by_another_after_its_
 async def test_a_live_process_does_not_apply_its_copy_once_its_lease_has_run_low(
     make_gateway: Any,
 ) -> None:
-    first = await make_gateway()
-    job_id = await queued_job(first)
-    assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    first, _ = await received(make_gateway)
     second = await make_gateway()
     for gateway in (first, second):  # the first was stalled past its lease (a long pause)
         gateway.clock.advance(LEASE_S + 1)
@@ -93,3 +97,15 @@ async def test_unapplied_events_beyond_max_handed_stay_in_the_store_for_anyone(
     for job_id in job_ids:
         assert (await first.get(job_id))["status"] == "succeeded"
     assert all(r.processed_at is not None for r in await event_rows(first))
+
+
+async def test_events_left_in_memory_at_a_graceful_stop_go_to_the_next_process_at_once(
+    make_gateway: Any,
+) -> None:
+    first, job_id = await received(make_gateway)
+    await first.client.close()  # a graceful stop (a deploy) before its processor got to it
+    (row,) = await event_rows(first)
+    assert (row.lease_owner, row.leased_until, row.processed_at) == (None, None, None)
+    second = await make_gateway()  # the process that replaces it: no wait for a lease
+    assert await drain(second) == 1
+    assert (await second.get(job_id))["status"] == "succeeded"
