@@ -136,7 +136,7 @@ def _routes(settings: Settings, args: argparse.Namespace) -> int:
 
 def _check(settings: Settings) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
-    problems = readiness_problems(settings)
+    problems = readiness_problems(settings) + _tls_problems(settings)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     gw = settings.gateway
@@ -165,6 +165,33 @@ def readiness_problems(settings: Settings) -> list[str]:
     token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
     problems.extend(providers.missing_credentials(token_envs, os.environ))
     return problems
+
+
+def _tls_problems(settings: Settings) -> list[str]:
+    """Why ``serve`` could not load the configured certificate (missing file, bad PEM)."""
+    try:
+        _tls_context(settings)
+    except ConfigurationError as exc:
+        return [exc.detail]
+    return []
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server's TLS context, or None for plain HTTP; ConfigurationError naming the files."""
+    gw = settings.gateway
+    if not (gw.tls_cert_file and gw.tls_key_file):  # config: both or neither
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(gw.tls_cert_file, gw.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigurationError(
+            f"cannot load the TLS certificate [gateway] tls_cert_file = {gw.tls_cert_file} "
+            f"with tls_key_file = {gw.tls_key_file}: {why} (PEM files; leave both out to "
+            "serve plain HTTP)"
+        ) from exc
+    return context
 
 
 async def _migrate(settings: Settings) -> None:
@@ -239,13 +266,7 @@ def _cut(text: str, width: int) -> str:
 
 def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     gw = settings.gateway
-    context = None
-    if gw.tls_cert_file and gw.tls_key_file:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(gw.tls_cert_file, gw.tls_key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(f"cannot load the TLS certificate: {exc}") from exc
+    context = _tls_context(settings)
     for problem in readiness_problems(settings):
         log.warning("configuration_incomplete", extra={"problem": problem})
     scheme = "https" if context is not None else "http"

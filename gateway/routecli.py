@@ -163,13 +163,18 @@ def _text(value: Any) -> str:
 
 def _listing(rows: list[dict[str, Any]]) -> str:
     head = ("ROUTE", "CONTROL", "CANDIDATE", "CANARY", "SHADOW", "GUARD")
-    table = [head] + [
+    table: list[tuple[str, ...]] = [head] + [
         (r["route"], r["spec"]["provider"], r["spec"]["candidate"] or "-",
          _pct(r["spec"]["canary_percent"]), _pct(r["spec"]["shadow_percent"]),
          "on" if r["spec"]["guard"] else "off")
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return _aligned(table)
+
+
+def _aligned(table: list[tuple[str, ...]]) -> str:
+    """Rows of cells as text columns, each as wide as its widest cell, two spaces apart."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                      for row in table)
 
@@ -188,13 +193,16 @@ def _show(shown: dict[str, Any]) -> str:
         f"shadow      {_pct(spec['shadow_percent'])}",
         f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}",
         "",
-        f"last {shown['window_s']:g} s  ARM        PROVIDER  COUNT  FAILED  ERROR   P50  P95",
+    ]
+    arms: list[tuple[str, ...]] = [
+        (f"last {shown['window_s']:g} s", "ARM", "PROVIDER", "COUNT", "FAILED", "ERROR",
+         "P50", "P95")
     ]
     for arm, s in shown["arms"].items():
         rate = "-" if s["error_rate"] is None else f"{s['error_rate']:.1%}"
-        lines.append(f"{'':13}{arm:<10} {s['provider']}  {s['count']}  {s['failed']}  "
-                     f"{rate}  {_ms(s['p50_s'])}  {_ms(s['p95_s'])}")
-    lines += ["", "changes (newest first):"]
+        arms.append(("", arm, s["provider"], str(s["count"]), str(s["failed"]), rate,
+                     _ms(s["p50_s"]), _ms(s["p95_s"])))
+    lines += [_aligned(arms), "", "changes (newest first):"]
     for c in shown["changes"]:
         lines.append(f"  #{c['id']} {c['at']} {c['who']} {c['action']}: "
                      f"{_summary(c['before'], c['after'])}; reason: {c['reason']}")

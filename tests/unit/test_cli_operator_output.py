@@ -1,0 +1,87 @@
+"""What an operator reads from ``cutover check``, ``serve`` and ``routes show``.
+
+``cutover check`` on a config whose certificate files were missing said all was well and
+``serve`` then stopped with "cannot load the TLS certificate: [Errno 2] No such file or
+directory", naming no file; ``routes show`` printed its per-arm numbers unaligned with
+their headings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trustme
+
+from gateway import cli, routecli
+
+CONFIG = """
+[gateway]
+listen = "127.0.0.1:0"
+api_tokens = ["r8_test"]
+database_url = "sqlite+aiosqlite:///{tmp}/cutover.db"
+storage_url = "file://{tmp}/assets"
+tls_cert_file = "{cert}"
+tls_key_file = "{key}"
+
+[providers.local-cog]
+kind = "cog"
+base_url = "http://127.0.0.1:5000"
+
+[[routes]]
+model = "acme/echo"
+provider = "local-cog"
+"""
+
+
+def _config(tmp_path: Path, cert: Path, key: Path) -> str:
+    path = tmp_path / "cutover.toml"
+    path.write_text(CONFIG.format(tmp=tmp_path, cert=cert, key=key))
+    return str(path)
+
+
+def test_check_and_serve_name_a_missing_certificate_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = _config(tmp_path, tmp_path / "nope/cert.pem", tmp_path / "nope/key.pem")
+    assert cli.main(["check", "--config", config]) == 1
+    err = capsys.readouterr().err
+    assert f"tls_cert_file = {tmp_path}/nope/cert.pem" in err
+    assert "No such file or directory" in err and "[Errno" not in err
+    assert cli.main(["serve", "--config", config]) == 2
+    assert f"tls_cert_file = {tmp_path}/nope/cert.pem" in capsys.readouterr().err
+
+
+def test_check_accepts_a_loadable_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "both.pem"))
+    both = tmp_path / "both.pem"
+    assert cli.main(["check", "--config", _config(tmp_path, both, both)]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and "(https)" in out.out
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    assert cli.main(["check", "--config", _config(tmp_path, not_pem, not_pem)]) == 1
+    assert "cannot load the TLS certificate" in capsys.readouterr().err
+
+
+def test_routes_show_aligns_the_numbers_of_each_arm_under_their_headings() -> None:
+    arm = {"provider": "local-cog", "count": 125, "failed": 1, "error_rate": 0.008,
+           "p50_s": 0.078, "p95_s": 0.934}
+    shown = {
+        "route": "acme/echo", "window_s": 300.0, "changes": [],
+        "spec": {"provider": "local-cog", "candidate": "new", "canary_percent": 10.0,
+                 "caller_key": "token", "shadow_percent": 0.0, "guard": None},
+        "arms": {"control": arm, "candidate": {**arm, "provider": "new", "count": 3,
+                                               "failed": 0, "error_rate": None,
+                                               "p50_s": None, "p95_s": None}},
+    }
+    lines = routecli._show(shown).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("last 300 s"))
+    table = lines[head:head + 3]
+    for heading, cell in (("ARM", "control"), ("PROVIDER", "local-cog"), ("COUNT", "125"),
+                          ("ERROR", "0.8%"), ("P95", "934 ms")):
+        assert table[1].index(cell) == table[0].index(heading), (heading, table)
+    assert table[2].split() == ["candidate", "new", "3", "0", "-", "-", "-"]
