@@ -99,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (
         args.since is None
     ):
-        parser.error("webhooks replay takes an ID or --since (not both)")
+        parser.error("webhooks replay takes an ID or --since, exactly one of them "
+                     "(an ID: one event; --since: a time range)")
     logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("routes", "shadow"):
             return _routes(settings, args)
         if args.command == "check":
-            return _check(settings)
+            return _check(settings, args.config)
         if args.command == "migrate":
             asyncio.run(_migrate(settings))
             return 0
@@ -134,12 +135,14 @@ def _routes(settings: Settings, args: argparse.Namespace) -> int:
         return 1
 
 
-def _check(settings: Settings) -> int:
+def _check(settings: Settings, path: Path | None) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
     problems = readiness_problems(settings) + _tls_problems(settings)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     gw = settings.gateway
+    print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
+          " + CUTOVER_* environment")
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")
     print(f"public_url  {gw.public_url}")
     print(f"database    {gw.database_url.split('@')[-1]}")

@@ -85,3 +85,26 @@ def test_routes_show_aligns_the_numbers_of_each_arm_under_their_headings() -> No
                           ("ERROR", "0.8%"), ("P95", "934 ms")):
         assert table[1].index(cell) == table[0].index(heading), (heading, table)
     assert table[2].split() == ["candidate", "new", "3", "0", "-", "-", "-"]
+
+
+def test_check_says_which_file_it_read_or_that_it_read_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    cli.main(["check", "--config", config])
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"config      {config} + CUTOVER_* environment"
+    )
+    monkeypatch.delenv("CUTOVER_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check"]) == 1  # defaults alone: no provider, route or token
+    assert capsys.readouterr().out.startswith("config      none (no --config nor $CUTOVER_CONFIG)")
+
+
+def test_webhooks_replay_without_an_id_or_since_says_it_needs_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["webhooks", "replay"])
+    assert stop.value.code == 2
+    assert "an ID or --since, exactly one of them" in capsys.readouterr().err
