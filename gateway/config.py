@@ -114,6 +114,12 @@ class GatewaySettings(_Section):
             data = {**data, "public_url": f"{scheme}://{host}:{port}"}
         return data
 
+    @field_validator("tls_cert_file", "tls_key_file", "callback_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        """``CUTOVER_GATEWAY__TLS_CERT_FILE=`` unsets the key (it read as the directory ".")."""
+        return None if value == "" else value
+
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:

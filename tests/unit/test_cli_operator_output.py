@@ -14,6 +14,7 @@ import pytest
 import trustme
 
 from gateway import cli, routecli
+from gateway.config import load_settings
 
 CONFIG = """
 [gateway]
@@ -108,3 +109,18 @@ def test_webhooks_replay_without_an_id_or_since_says_it_needs_one(
         cli.main(["webhooks", "replay"])
     assert stop.value.code == 2
     assert "an ID or --since, exactly one of them" in capsys.readouterr().err
+
+
+def test_an_empty_environment_value_unsets_the_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The example config names /etc/cutover/tls files; an empty override means plain HTTP."""
+    config = _config(tmp_path, tmp_path / "nope/cert.pem", tmp_path / "nope/key.pem")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_CERT_FILE", "")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_KEY_FILE", "")
+    monkeypatch.setenv("CUTOVER_GATEWAY__CALLBACK_URL", "")
+    gateway = load_settings(Path(config)).gateway
+    assert (gateway.tls_cert_file, gateway.tls_key_file, gateway.callback_url) == (
+        None, None, None,
+    )
+    assert gateway.public_url == "http://127.0.0.1:0"
