@@ -26,7 +26,7 @@ import sqlite3
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -67,6 +67,8 @@ class _New:
 _INLINE_BYTES = 64 * 1024
 _Checks = dict[tuple[str, str], "datetime | None"]  # (job id, event key) -> check after
 MAX_HANDED = 1024  # events held in memory for the processor; more wait in the store
+STORE_EVERY_S = 1.0  # the store's events are claimed at least this often (ProviderEvents.claim)
+STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
 _ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
 _UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
 _POSTPONE = (
@@ -106,6 +108,7 @@ class ProviderEvents(lease.Leasing):
         self._reads = SqliteReads(engine)
         self._fast = FastWrites(engine)  # the hot transactions on SQLite (store/fastwrite.py)
         self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
+        self._store_due = datetime.min.replace(tzinfo=UTC)  # when the store is next asked
 
     async def add(
         self, job_id: str, provider: str, body: bytes, *, check_after: datetime | None = None
@@ -183,13 +186,24 @@ class ProviderEvents(lease.Leasing):
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
         """Lease up to ``limit`` unprocessed events, oldest first: those this process
-        stored (already leased to it, see the module docstring) before any in the store."""
+        stored (already leased to it, see the module docstring) before any in the store.
+        The store is asked too at least every :data:`STORE_EVERY_S` seconds, so a steady
+        stream of handed events never starves those only the store holds (another
+        process's whose lease ran out, retries after a backoff, those beyond
+        :data:`MAX_HANDED`)."""
         now = self._clock.now()
-        handed = self._take_handed(limit, now)
-        if handed:
-            return handed
+        if now < self._store_due:
+            handed = self._take_handed(limit, now)
+            if handed:
+                return handed
+        else:  # a quarter of the round is kept for the store's
+            handed = self._take_handed(limit - max(1, limit // 4), now)
+        self._store_due = now + STORE_EVERY
         if self._reads.exists(_CLAIMABLE_SQL, (now,)) is False:
-            return []  # nothing to claim: no write transaction (SQLite, store/reader.py)
+            return handed  # nothing to claim: no write transaction (SQLite, store/reader.py)
+        return handed + await self._claim_stored(limit - len(handed), now)
+
+    async def _claim_stored(self, limit: int, now: datetime) -> list[ProviderEvent]:
         pending = (
             sa.select(provider_events.c.id)
             .where(provider_events.c.processed_at.is_(None), lease.unleased(provider_events, now))

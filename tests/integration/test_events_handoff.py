@@ -109,3 +109,22 @@ async def test_events_left_in_memory_at_a_graceful_stop_go_to_the_next_process_a
     second = await make_gateway()  # the process that replaces it: no wait for a lease
     assert await drain(second) == 1
     assert (await second.get(job_id))["status"] == "succeeded"
+
+
+async def test_events_in_the_store_are_not_starved_by_a_steady_stream_of_handed_ones(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, waiting = await received(make_gateway)  # stored by a process that then died
+    gateway = await make_gateway()
+    monkeypatch.setattr(events_loop(gateway), "_batch", 2)  # every round full (a steady load)
+    stream = [await queued_job(gateway) for _ in range(8)]
+    gateway.clock.advance(LEASE_S + 1)  # the dead process's lease has run out
+    for pair in (stream[n : n + 2] for n in range(0, len(stream), 2)):
+        for job_id in pair:  # every round finds a batch of new events in memory
+            assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+        await events_loop(gateway).run_once()
+        gateway.clock.advance(1.5)
+    assert (await gateway.get(waiting))["status"] == "succeeded"  # not left behind
+    gateway.clock.advance(LEASE_S)  # what the rounds left in memory grew old: the store's
+    await drain(gateway)
+    assert [(await gateway.get(j))["status"] for j in stream] == ["succeeded"] * len(stream)
