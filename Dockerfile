@@ -3,7 +3,10 @@
 #
 #   docker build -t cutover .
 #   docker run -p 8443:8443 -v $PWD/cutover.toml:/etc/cutover/cutover.toml:ro \
-#     -v cutover-data:/var/lib/cutover cutover
+#     -v $PWD/tls:/etc/cutover/tls:ro -v cutover-data:/var/lib/cutover cutover
+#
+# (tls/ holds cert.pem and key.pem, the paths examples/cutover.example.toml names; drop
+# that mount and both tls_ keys to serve plain HTTP.)
 #
 # The config must listen on 0.0.0.0:8443 inside the container (examples/cutover.example.toml
 # shows every key). Keep database_url and storage_url under /var/lib/cutover (the volume),
