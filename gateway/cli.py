@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose whole point is the configured store: on the default ./cutover.db by
+# mistake (no --config) they answered from an empty database they had just created.
+_ON_THE_STORE = frozenset({"migrate", "webhooks", "routes", "shadow"})
+
+
 def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
     command.add_argument(
         "--config",
@@ -101,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         parser.error("webhooks replay takes an ID or --since, exactly one of them "
                      "(an ID: one event; --since: a time range)")
+    if (args.command in _ON_THE_STORE and args.config is None
+            and not os.environ.get("CUTOVER_GATEWAY__DATABASE_URL")):
+        parser.error(f"'cutover {args.command}' works on the gateway's database: give its "
+                     "configuration with --config FILE (or $CUTOVER_CONFIG); without one "
+                     "it would create and use ./cutover.db")
     logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)

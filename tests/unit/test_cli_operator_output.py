@@ -124,3 +124,25 @@ def test_an_empty_environment_value_unsets_the_certificate(
         None, None, None,
     )
     assert gateway.public_url == "http://127.0.0.1:0"
+
+
+@pytest.mark.parametrize(
+    "argv", [["routes", "list"], ["shadow", "report", "--route", "acme/echo"],
+             ["webhooks", "list-dead"], ["migrate"]],
+)
+def test_store_commands_without_a_config_refuse_instead_of_creating_cutover_db(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CUTOVER_CONFIG", raising=False)
+    monkeypatch.delenv("CUTOVER_GATEWAY__DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    assert f"'cutover {argv[0]}' works on the gateway's database" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("CUTOVER_GATEWAY__DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/x.db")
+    monkeypatch.setenv("CUTOVER_GATEWAY__STORAGE_URL", f"file://{tmp_path}/assets")
+    code = cli.main(argv)  # configured from the environment alone: it runs
+    assert code in (0, 1) and (tmp_path / "x.db").exists()
