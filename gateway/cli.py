@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -288,7 +289,15 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
         extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
     )
     sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
-    app.serve(settings, ssl_context=context, sock=sock)
+    try:
+        app.serve(settings, ssl_context=context, sock=sock)
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        if sock is not None or exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+            raise
+        raise ConfigurationError(
+            f"cannot listen on [gateway] listen = {gw.listen}: {os.strerror(exc.errno)} "
+            "(another process has that port, or the address is not one of this machine's)"
+        ) from exc
     return 0
 
 

@@ -8,6 +8,7 @@ their headings.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,22 @@ def test_store_commands_without_a_config_refuse_instead_of_creating_cutover_db(
     monkeypatch.setenv("CUTOVER_GATEWAY__STORAGE_URL", f"file://{tmp_path}/assets")
     code = cli.main(argv)  # configured from the environment alone: it runs
     assert code in (0, 1) and (tmp_path / "x.db").exists()
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It was uvloop's traceback ending in "[Errno 98] error while attempting to bind"."""
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_CERT_FILE", "")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_KEY_FILE", "")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        monkeypatch.setenv("CUTOVER_GATEWAY__LISTEN", listen)
+        assert cli.main(["serve", "--config", config]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"cutover: cannot listen on [gateway] listen = {listen}: Address "
+                       "already in use (another process has that port, or the address is not "
+                       "one of this machine's)")
