@@ -137,6 +137,7 @@ class Delivery(Loop):
         self._posting: set[int] = set()  # rows whose POST holds a host slot
         self._in_flight: set[asyncio.Task[None]] = set()
         self._reserved = 0  # slots taken for rows being written (gateway/store/handoff.py)
+        self._backlog = False  # rows wait in the store: none handed over before they go
         self._running = False
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
@@ -187,6 +188,7 @@ class Delivery(Loop):
             self._outage.failed(exc)
             return 0
         self._outage.succeeded()
+        self._backlog = len(rows) + settled >= free  # a full claim: more may wait
         for row in rows:
             self._start(self._hold(row))
         return len(rows) + settled
@@ -202,9 +204,12 @@ class Delivery(Loop):
         """Take a slot for a row to ``url`` if :meth:`run` has one free now (for its
         host too); the row is then written leased to this process."""
         host = _host(url)
-        if not self._running or self._stopping.is_set() or self._busy_hosts[host] >= (
-            self._max_per_host
-        ) or len(self._in_flight) + self._reserved >= self._max_concurrency:
+        if not self._running or self._stopping.is_set():
+            return False
+        if self._backlog or self._busy_hosts[host] >= self._max_per_host or (
+            len(self._in_flight) + self._reserved >= self._max_concurrency
+        ):  # the row waits in the store: until a claim takes what waits there, so must
+            self._backlog = True  # every newer row, or a steady load would starve them
             return False
         self._busy_hosts[host] += 1
         self._reserved += 1

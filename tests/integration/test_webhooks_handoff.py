@@ -23,7 +23,8 @@ from gateway.store.handoff import Handoff
 from gateway.store.schema import endpoints, outbox
 from gateway.webhooks.delivery import Delivery
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
-from tests.support.receiver import Receiver
+from tests.support.receiver import Receiver, Reply
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -157,3 +158,42 @@ async def test_a_handed_row_whose_process_died_is_sent_after_its_lease(
     (got,) = await receiver.wait_for(1)
     (row,) = await outbox_rows(gateway.store.engine, job_id)
     assert got.webhook_id == row.msg_id and (row.status, row.attempts) == ("delivered", 2)
+
+
+async def test_rows_waiting_in_the_store_are_not_starved_by_rows_handed_over(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    """Eight slots, every attempt held by its receiver: the ninth completed row waits in
+    the store. Each time one attempt ends, a newer completion comes: it must not take the
+    freed slot ahead of the waiting row for as long as the load lasts."""
+    gateway = await make_gateway(webhooks={"max_concurrency": 8, "max_per_host": 16})
+    gates: dict[str, asyncio.Event] = {}
+
+    def held(request: Any) -> Reply:
+        return Reply(gate=gates.setdefault(request.path, asyncio.Event()))
+
+    receiver.decide = held
+    job_ids = [await start_job(gateway, receiver.url(f"/h{n}"), ["completed"]) for n in range(12)]
+    async with running(delivery_loop(gateway)):
+        for job_id in job_ids[:8]:
+            await complete(gateway, job_id)
+        await receiver.wait_for(8)
+        await complete(gateway, job_ids[8])  # no free slot: it waits in the store
+        (waiting,) = await outbox_rows(gateway.store.engine, job_ids[8])
+        assert (waiting.attempts, waiting.lease_owner) == (0, None)
+        for n, job_id in enumerate(job_ids[9:]):  # a steady load: one ends, one more comes
+            gates[f"/h{n}"].set()
+
+            async def ended(job: str = job_ids[n]) -> bool:
+                (row,) = await outbox_rows(gateway.store.engine, job)
+                return row.status == "delivered"
+
+            await wait_until(ended, 10, what="an attempt ended")
+            await complete(gateway, job_id)
+        await wait_until(
+            lambda: "/h8" in {r.path for r in receiver.received}, 10,
+            what="the row that waited in the store sent",
+        )
+        receiver.decide = None  # the receiver answers at once again: the loop can stop
+        for gate in gates.values():
+            gate.set()
