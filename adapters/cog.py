@@ -52,6 +52,7 @@ LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost
 RESTART_ERROR = "the provider restarted while the prediction ran; its outcome was lost"
 
 _RESPOND_ASYNC = {"Prefer": "respond-async"}
+_HINT = " (start Cog with WEBHOOK_AUTH_TOKEN set to this provider's webhook_auth_token)"
 
 
 
@@ -242,10 +243,12 @@ class CogAdapter:
             return
         value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
         if value is None:
-            raise WebhookVerificationError(f"{self.name}: webhook without Authorization")
+            raise WebhookVerificationError(f"{self.name}: webhook without Authorization{_HINT}")
         presented = bearer_token(value).encode(errors="surrogateescape")
         if not hmac.compare_digest(presented, self._token.encode()):
-            raise WebhookVerificationError(f"{self.name}: webhook bearer token does not match")
+            raise WebhookVerificationError(
+                f"{self.name}: webhook bearer token does not match{_HINT}"
+            )
 
     def parse_webhook(self, body: bytes) -> ProviderSnapshot:
         """Parse a verified Cog webhook body (§1.5, §1.9) into a snapshot.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
 from contracts.errors import PayloadTooLarge, WebhookVerificationError
@@ -11,6 +13,7 @@ from gateway.http.middleware import json_response
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+log = logging.getLogger(__name__)
 
 
 @routes.post("/provider-webhooks/{provider}/{job_id}/{token}")
@@ -20,14 +23,18 @@ async def provider_webhook(request: web.Request) -> web.Response:
     job_id = request.match_info["job_id"]
     intake = request.app[keys.INTAKE]
     counter = request.app[keys.METRICS].provider_webhooks
+    upstream = None
     try:
         # The URL is checked before the body is read: strangers cannot make us buffer.
         upstream = await intake.authorize(provider, job_id, request.match_info["token"])
         body = await _read_limited(request, request.app[keys.SETTINGS].gateway.intake_limit)
         new = await intake.accept(upstream, job_id, request.headers, body)
-    except WebhookVerificationError:
+    except WebhookVerificationError as exc:
         known = provider if provider in request.app[keys.PROVIDERS] else "unknown"
         counter.labels(known, "refused").inc()
+        if upstream is not None:  # the right job URL, refused credentials: a set-up mistake
+            log.warning("provider_webhook_refused",
+                        extra={"provider": provider, "job_id": job_id, "reason": exc.detail})
         raise
     counter.labels(provider, "stored" if new else "duplicate").inc()
     return json_response({"received": True, "duplicate": not new})

@@ -1,0 +1,61 @@
+"""A provider's ``webhook_auth_token`` that the real Cog server was not started with.
+
+Every Cog webhook is refused (401) and the prediction never finishes. The gateway used to
+say so only in its access log (``status: 401`` at info level); now it logs
+``provider_webhook_refused`` (a warning) naming the provider, the job and what to set.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cog_server import CogServer
+from tests.support.process import GatewayProcess, listen_port
+from tests.support.waiting import wait_until_sync
+
+pytestmark = [pytest.mark.cog, pytest.mark.timeout(120)]
+
+MODEL_DIR = Path(__file__).resolve().parents[2] / "examples" / "echo"
+API_TOKEN = "r8_auth_mismatch_test"  # a test value, not a credential
+
+
+def refused(gateway: GatewayProcess) -> list[dict]:
+    lines = [json.loads(x) for x in gateway.log_text().splitlines() if x.startswith("{")]
+    return [x for x in lines if x.get("event") == "provider_webhook_refused"]
+
+
+def test_cog_webhooks_without_the_configured_token_are_logged_as_a_setup_mistake(
+    tmp_path: Path,
+) -> None:
+    port = listen_port()
+    with CogServer(MODEL_DIR) as cog:  # no WEBHOOK_AUTH_TOKEN
+        config = {
+            "gateway": {
+                "listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}",
+                "api_tokens": [API_TOKEN],
+                "database_url": f"sqlite+aiosqlite:///{tmp_path}/cutover.db",
+                "storage_url": f"file://{tmp_path / 'assets'}",
+            },
+            "providers": {"cog": {"kind": "cog", "base_url": cog.url,
+                                  "webhook_auth_token": "configured-but-not-given-to-cog"}},
+            "routes": [{"model": "acme/echo", "provider": "cog"}],
+        }
+        gateway = GatewayProcess(config, tmp_path).start()
+        try:
+            created = httpx.post(f"{gateway.url}/v1/predictions", timeout=10,
+                                 headers={"Authorization": f"Bearer {API_TOKEN}"},
+                                 json={"version": "acme/echo", "input": {"prompt": "x"}})
+            assert created.status_code == 201, created.text
+            found = wait_until_sync(lambda: refused(gateway), 60, what="a refused webhook")
+        finally:
+            gateway.stop()
+    assert found[0]["level"] == "warning"
+    assert found[0]["provider"] == "cog" and found[0]["job_id"] == created.json()["id"]
+    assert found[0]["reason"] == (
+        "cog: webhook without Authorization (start Cog with WEBHOOK_AUTH_TOKEN set to this "
+        "provider's webhook_auth_token)"
+    )
