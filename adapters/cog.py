@@ -52,6 +52,11 @@ LOST_ERROR = "the provider no longer knows this prediction; its outcome was lost
 RESTART_ERROR = "the provider restarted while the prediction ran; its outcome was lost"
 
 _RESPOND_ASYNC = {"Prefer": "respond-async"}
+_NO_SCHEMA = (
+    "this Cog server has no OpenAPI schema (one started from predict.py has none unless "
+    ".cog/openapi_schema.json exists; `cog build` writes it): give the route's "
+    "openapi_schema inline or as a JSON file instead of \"provider\", or leave it out"
+)
 _HINT = " (start Cog with WEBHOOK_AUTH_TOKEN set to this provider's webhook_auth_token)"
 
 
@@ -215,6 +220,10 @@ class CogAdapter:
         """
         with self._errors("openapi", "-"):
             response = await self._client.get("/openapi.json")
+        if response.status_code == httpx.codes.SERVICE_UNAVAILABLE and (
+            b"schema not available" in response.content
+        ):  # a server run from predict.py without .cog/openapi_schema.json: none to read
+            raise UpstreamRejected(f"{self.name}: {_NO_SCHEMA}")
         cog_wire.raise_for_status(self.name, "openapi", response)
         try:
             document = response.json()

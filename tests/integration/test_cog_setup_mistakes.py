@@ -1,8 +1,12 @@
-"""A provider's ``webhook_auth_token`` that the real Cog server was not started with.
+"""Set-up mistakes with a real Cog server, and what the operator is told.
 
-Every Cog webhook is refused (401) and the prediction never finishes. The gateway used to
-say so only in its access log (``status: 401`` at info level); now it logs
-``provider_webhook_refused`` (a warning) naming the provider, the job and what to set.
+* A provider's ``webhook_auth_token`` that Cog was not started with: every Cog webhook is
+  refused (401) and the prediction never finishes. The gateway used to say so only in its
+  access log (``status: 401`` at info level); now it logs ``provider_webhook_refused`` (a
+  warning) naming the provider, the job and what to set.
+* ``openapi_schema = "provider"`` on a Cog server run from ``predict.py`` (it has no
+  schema): every create was a 500 saying Cog's ``/openapi.json`` "answered 503 (not
+  started, try later)"; now it says there is no schema and what to configure instead.
 """
 
 from __future__ import annotations
@@ -59,3 +63,32 @@ def test_cog_webhooks_without_the_configured_token_are_logged_as_a_setup_mistake
         "cog: webhook without Authorization (start Cog with WEBHOOK_AUTH_TOKEN set to this "
         "provider's webhook_auth_token)"
     )
+
+
+def test_a_provider_schema_from_a_cog_server_without_one_says_what_to_configure(
+    tmp_path: Path,
+) -> None:
+    port = listen_port()
+    with CogServer(MODEL_DIR) as cog:
+        config = {
+            "gateway": {
+                "listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}",
+                "api_tokens": [API_TOKEN],
+                "database_url": f"sqlite+aiosqlite:///{tmp_path}/cutover.db",
+                "storage_url": f"file://{tmp_path / 'assets'}",
+            },
+            "providers": {"cog": {"kind": "cog", "base_url": cog.url}},
+            "routes": [{"model": "acme/echo", "provider": "cog", "openapi_schema": "provider"}],
+        }
+        gateway = GatewayProcess(config, tmp_path).start()
+        try:
+            created = httpx.post(f"{gateway.url}/v1/predictions", timeout=10,
+                                 headers={"Authorization": f"Bearer {API_TOKEN}"},
+                                 json={"version": "acme/echo", "input": {"prompt": "x"}})
+        finally:
+            gateway.stop()
+    assert created.status_code == 500
+    detail = created.json()["detail"]
+    assert detail.startswith("the model schema of provider 'cog' is unavailable: cog: this "
+                             "Cog server has no OpenAPI schema"), detail
+    assert "openapi_schema inline or as a JSON file" in detail and "try later" not in detail
