@@ -138,6 +138,7 @@ class Delivery(Loop):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._reserved = 0  # slots taken for rows being written (gateway/store/handoff.py)
         self._backlog = False  # rows wait in the store: none handed over before they go
+        self._retry_due: datetime | None = None  # the earliest retry this process scheduled
         self._running = False
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
@@ -206,6 +207,8 @@ class Delivery(Loop):
         host = _host(url)
         if not self._running or self._stopping.is_set():
             return False
+        if self._retry_due is not None and self._clock.now() >= self._retry_due:
+            self._retry_due, self._backlog = None, True  # a retry is due: it goes first
         if self._backlog or self._busy_hosts[host] >= self._max_per_host or (
             len(self._in_flight) + self._reserved >= self._max_concurrency
         ):  # the row waits in the store: until a claim takes what waits there, so must
@@ -360,6 +363,9 @@ class Delivery(Loop):
         )
         if decision.disable_endpoint:
             log.warning("webhook_endpoint_disabled", extra={"host": _host(row.url)})
+        retry = decision.next_attempt_at if decision.status == DeliveryStatus.PENDING else None
+        if recorded and retry is not None:
+            self._retry_due = retry if self._retry_due is None else min(self._retry_due, retry)
         return recorded
 
 

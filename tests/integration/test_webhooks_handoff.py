@@ -160,6 +160,49 @@ async def test_a_handed_row_whose_process_died_is_sent_after_its_lease(
     assert got.webhook_id == row.msg_id and (row.status, row.attempts) == ("delivered", 2)
 
 
+class SteadyLoad:
+    """Eight delivery slots; each receiving path holds its request until released."""
+
+    def __init__(self, gateway: Any, receiver: Receiver) -> None:
+        self.gateway, self.receiver = gateway, receiver
+        self.gates: dict[str, asyncio.Event] = {}
+        self.failing = {"/retried"}  # answered 503 once
+        receiver.decide = self.reply
+
+    def reply(self, request: Any) -> Reply:
+        if request.path in self.failing:
+            self.failing.discard(request.path)
+            return Reply(503)
+        return Reply(gate=self.gates.setdefault(request.path, asyncio.Event()))
+
+    async def rounds(self, held: list[str], coming: list[str]) -> None:
+        """Each round one held attempt ends, then one more completion comes."""
+        for n, job_id in enumerate(coming):
+            self.gates[f"/h{n}"].set()
+
+            async def ended(job: str = held[n]) -> bool:
+                (row,) = await outbox_rows(self.gateway.store.engine, job)
+                return row.status == "delivered"
+
+            await wait_until(ended, 10, what="an attempt ended")
+            await complete(self.gateway, job_id)
+
+    async def sent_before(self, path: str, newest: str, times: int = 1) -> None:
+        """The row that waited (to ``path``, its ``times``-th attempt) was sent before the
+        newest completion's row (to ``newest``)."""
+
+        def attempts() -> list[str] | None:
+            paths = [r.path for r in self.receiver.received]
+            return paths if paths.count(path) >= times else None
+
+        paths = await wait_until(attempts, 30, what=f"the row waiting in the store ({path})")
+        self.receiver.decide = None  # the receiver answers at once again: the loop can stop
+        for gate in self.gates.values():
+            gate.set()
+        waited = [i for i, p in enumerate(paths) if p == path][times - 1]
+        assert newest not in paths[:waited], paths
+
+
 async def test_rows_waiting_in_the_store_are_not_starved_by_rows_handed_over(
     make_gateway: Any, receiver: Receiver
 ) -> None:
@@ -167,12 +210,7 @@ async def test_rows_waiting_in_the_store_are_not_starved_by_rows_handed_over(
     the store. Each time one attempt ends, a newer completion comes: it must not take the
     freed slot ahead of the waiting row for as long as the load lasts."""
     gateway = await make_gateway(webhooks={"max_concurrency": 8, "max_per_host": 16})
-    gates: dict[str, asyncio.Event] = {}
-
-    def held(request: Any) -> Reply:
-        return Reply(gate=gates.setdefault(request.path, asyncio.Event()))
-
-    receiver.decide = held
+    load = SteadyLoad(gateway, receiver)
     job_ids = [await start_job(gateway, receiver.url(f"/h{n}"), ["completed"]) for n in range(12)]
     async with running(delivery_loop(gateway)):
         for job_id in job_ids[:8]:
@@ -181,19 +219,27 @@ async def test_rows_waiting_in_the_store_are_not_starved_by_rows_handed_over(
         await complete(gateway, job_ids[8])  # no free slot: it waits in the store
         (waiting,) = await outbox_rows(gateway.store.engine, job_ids[8])
         assert (waiting.attempts, waiting.lease_owner) == (0, None)
-        for n, job_id in enumerate(job_ids[9:]):  # a steady load: one ends, one more comes
-            gates[f"/h{n}"].set()
+        await load.rounds(job_ids[:8], job_ids[9:])
+        await load.sent_before("/h8", "/h11")
 
-            async def ended(job: str = job_ids[n]) -> bool:
-                (row,) = await outbox_rows(gateway.store.engine, job)
-                return row.status == "delivered"
 
-            await wait_until(ended, 10, what="an attempt ended")
+async def test_a_due_retry_is_not_starved_by_rows_handed_over(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    """A row whose first attempt failed is due again while all eight slots are busy; each
+    time one attempt ends a newer completion comes, and never finds the slots full."""
+    gateway = await make_gateway(
+        webhooks={"max_concurrency": 8, "max_per_host": 16, "retry_delays_s": [1.0] * 5}
+    )
+    load = SteadyLoad(gateway, receiver)
+    retried = await start_job(gateway, receiver.url("/retried"), ["completed"])
+    job_ids = [await start_job(gateway, receiver.url(f"/h{n}"), ["completed"]) for n in range(11)]
+    async with running(delivery_loop(gateway)):
+        await complete(gateway, retried)
+        await receiver.wait_for(1)  # 503: it will be tried again in 1 s
+        for job_id in job_ids[:8]:
             await complete(gateway, job_id)
-        await wait_until(
-            lambda: "/h8" in {r.path for r in receiver.received}, 10,
-            what="the row that waited in the store sent",
-        )
-        receiver.decide = None  # the receiver answers at once again: the loop can stop
-        for gate in gates.values():
-            gate.set()
+        await receiver.wait_for(9)
+        gateway.clock.advance(2)  # the retry is due, every slot busy
+        await load.rounds(job_ids[:8], job_ids[8:])
+        await load.sent_before("/retried", "/h10", times=2)
