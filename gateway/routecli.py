@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from contracts.errors import CutoverError
 from contracts.times import parse_time
 from gateway import assembly
 from gateway.config import Settings
@@ -136,7 +137,10 @@ async def _report(control: RouteControl, pairs: ShadowComparisons, args: Any) ->
     since = parse_time(args.since, "--since") if args.since else None
     text = await pairs.report(args.route, spec, since=since, fmt=args.format)
     if args.output:
-        await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        try:
+            await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        except OSError as exc:  # not "cannot reach the store", as the caller would say
+            raise CutoverError(f"cannot write --output {args.output}: {exc.strerror}") from exc
         print(f"wrote the {args.format} report of {args.route} to {args.output}")
     else:
         print(text)

@@ -166,3 +166,19 @@ def test_serve_on_a_taken_port_says_so_in_one_line(
     assert err[-1] == (f"cutover: cannot listen on [gateway] listen = {listen}: Address "
                        "already in use (another process has that port, or the address is not "
                        "one of this machine's)")
+
+
+def test_shadow_report_to_an_unwritable_output_names_the_file_not_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    target = tmp_path / "missing-dir" / "report.html"
+    argv = ["shadow", "report", "--route", "acme/echo", "--format", "html",
+            "--output", str(target), "--config", config]
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"cutover: cannot write --output {target}: No such file or directory"
+    ]
+    target.parent.mkdir()
+    assert cli.main(argv) == 0
+    assert target.read_text().startswith("<!doctype html>")
