@@ -23,6 +23,7 @@ import errno
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import sys
@@ -141,9 +142,15 @@ def _routes(settings: Settings, args: argparse.Namespace) -> int:
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
     except (db.StoreError, OSError) as exc:
-        print(f"cutover: cannot reach the store ({type(exc).__name__}); is the database up?",
-              file=sys.stderr)
+        print(f"cutover: {_unreachable(settings, exc)}", file=sys.stderr)
         return 1
+
+
+def _unreachable(settings: Settings, exc: Exception) -> str:
+    """Why a command could not use the store, naming it (without its password)."""
+    where = re.sub(r"//[^/@]*@", "//", settings.gateway.database_url)
+    why = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else type(exc).__name__
+    return f"cannot reach the store at {where} ({why}); is the database up?"
 
 
 def _check(settings: Settings, path: Path | None) -> int:
@@ -242,8 +249,7 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
     except (db.StoreError, OSError) as exc:  # OSError: asyncpg cannot connect
-        why = f"cannot read the outbox ({type(exc).__name__})"
-        print(f"cutover: {why}; is the database up and migrated?", file=sys.stderr)
+        print(f"cutover: {_unreachable(settings, exc)}", file=sys.stderr)
         return 1
     finally:
         await engine.dispose()
@@ -291,6 +297,8 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
     try:
         app.serve(settings, ssl_context=context, sock=sock)
+    except (ConnectionError, socket.gaierror) as exc:  # at start: the database, mostly
+        raise ConfigurationError(f"cannot start: {_unreachable(settings, exc)}") from exc
     except OSError as exc:  # the port is taken, or the host is not this machine's
         if sock is not None or exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
             raise

@@ -182,3 +182,25 @@ def test_shadow_report_to_an_unwritable_output_names_the_file_not_the_store(
     target.parent.mkdir()
     assert cli.main(argv) == 0
     assert target.read_text().startswith("<!doctype html>")
+
+
+def test_an_unreachable_store_is_named_without_its_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """serve printed asyncpg's traceback; routes said only "(ConnectionRefusedError)"."""
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = closed.getsockname()[1]
+        monkeypatch.setenv("CUTOVER_GATEWAY__DATABASE_URL",
+                           f"postgresql+asyncpg://cutover:s3cret@127.0.0.1:{port}/none")
+        monkeypatch.setenv("CUTOVER_GATEWAY__TLS_CERT_FILE", "")
+        monkeypatch.setenv("CUTOVER_GATEWAY__TLS_KEY_FILE", "")
+        assert cli.main(["routes", "list", "--config", config]) == 1
+        assert cli.main(["serve", "--config", config]) == 2
+    routes, serve = [line for line in capsys.readouterr().err.splitlines()
+                     if line.startswith("cutover: ")]
+    where = f"postgresql+asyncpg://127.0.0.1:{port}/none (ConnectionRefusedError: "
+    assert routes.startswith(f"cutover: cannot reach the store at {where}"), routes
+    assert serve.startswith(f"cutover: cannot start: cannot reach the store at {where}"), serve
+    assert "s3cret" not in routes + serve
