@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
+from contracts.errors import NotFound
 from gateway.http import keys
 from gateway.http.middleware import json_response
 
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+log = logging.getLogger(__name__)
+_HINT = ("start Cog with --upload-url {callback_url}/provider-uploads/{provider}/"
+         "{upload_token}/, the provider's own upload_token; the model's prediction fails")
 
 
 @routes.put("/provider-uploads/{provider}/{token}/{name}")
@@ -19,8 +25,16 @@ async def provider_upload(request: web.Request) -> web.Response:
     ``Location`` (which Cog puts in the prediction's output)."""
     uploads = request.app[keys.UPLOADS]
     job_id = request.headers.get("X-Prediction-Id", "")
+    provider = request.match_info["provider"]
     # The URL and the prediction are checked before the body is read.
-    await uploads.authorize(request.match_info["provider"], request.match_info["token"], job_id)
+    try:
+        await uploads.authorize(provider, request.match_info["token"], job_id)
+    except NotFound as exc:
+        if provider in request.app[keys.PROVIDERS]:  # a configured provider: a set-up mistake
+            log.warning("provider_upload_refused", extra={
+                "provider": provider, "job_id": job_id, "reason": exc.detail, "hint": _HINT,
+            })
+        raise
     url = await uploads.receive(
         job_id,
         request.match_info["name"],
