@@ -28,7 +28,7 @@ from contracts.job import Job
 from gateway.route import HIDDEN_ARMS
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["GET_JOB", "JobReader", "SqliteReads"]
+__all__ = ["GET_JOB", "JobReader", "SqliteReads", "job_of"]
 
 _COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 _NAMES = [c.name for c in _COLUMNS]
@@ -61,6 +61,11 @@ def _sqlite_time(at: datetime) -> str:
 
 def _bound(params: Sequence[Any]) -> list[Any]:
     return [_sqlite_time(p) if isinstance(p, datetime) else p for p in params]
+
+
+def job_of(row: Sequence[Any]) -> Job:
+    """A row of :meth:`SqliteReads.rows` as a :class:`~contracts.job.Job`."""
+    return _from_sqlite(row)
 
 
 def _from_sqlite(row: Sequence[Any]) -> Job:
@@ -112,9 +117,16 @@ class SqliteReads:
 
     def jobs(self, job_ids: Sequence[str]) -> list[Job] | None:
         """The jobs among ``job_ids`` that exist, or None when this reader cannot answer."""
+        rows = self.rows(job_ids)
+        return None if rows is None else [_from_sqlite(row) for row in rows.values()]
+
+    def rows(self, job_ids: Sequence[str]) -> dict[str, tuple[Any, ...]] | None:
+        """The stored rows of the jobs among ``job_ids`` that exist, by id, as ``sqlite3``
+        gives them (not converted: equal rows are equal jobs; :func:`job_of` converts),
+        or None when this reader cannot answer."""
         marks = ", ".join("?" * len(job_ids))
         rows = self._rows(f"SELECT {_LIST} FROM jobs WHERE id IN ({marks})", job_ids)  # noqa: S608
-        return None if rows is None else [_from_sqlite(row) for row in rows]
+        return None if rows is None else {row[0]: tuple(row) for row in rows}
 
     def callback_token(self, job_id: str) -> tuple[tuple[str, str] | None] | None:
         """``((provider, token) or None,)``, or None when this reader cannot answer."""

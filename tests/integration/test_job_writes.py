@@ -5,8 +5,11 @@ anything else (JSON, other zones) is read back."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+
+import pytest
 
 from contracts.job import Job, JobState
 from gateway.store.writes import Write, _stored_as_given
@@ -56,3 +59,29 @@ async def test_json_values_are_read_back_as_stored(gateway: GatewayHarness) -> N
     stored = await gateway.store.get(created["id"])
     assert written == stored
     assert written is not None and written.output == ["a", {"1": 2}]  # the tuple as a list
+
+
+async def test_a_row_changed_after_it_was_read_is_decided_again(
+    gateway: GatewayHarness,
+) -> None:
+    """On SQLite the locked read compares the rows the lock-free reader gives before and
+    inside the transaction: a commit in between (here another connection's, while the
+    write decides) makes the write decide again on the new row."""
+    engine = gateway.store._engine
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the reader's comparison is SQLite's; PostgreSQL locks FOR NO KEY UPDATE")
+    created = await gateway.create({"version": VERSION, "input": {"n": 1}})
+    seen: list[str | None] = []
+
+    def decide(old: Job) -> dict[str, Any]:
+        seen.append(old.raw_status)
+        if len(seen) == 1:
+            with sqlite3.connect(engine.url.database) as other:
+                other.execute("UPDATE jobs SET raw_status = 'other' WHERE id = ?", (old.id,))
+        return {"logs": f"decided on {old.raw_status}"}
+
+    allowed = [s.value for s in JobState]
+    written = await gateway.store._writes.write(Write(created["id"], decide, allowed))
+    assert seen[-1] == "other" and len(seen) == 2
+    assert written is not None and written.logs == "decided on other"
+    assert written == await gateway.store.get(created["id"])
