@@ -17,6 +17,11 @@ processes. Its statements, in order:
    (:func:`gateway.fairness.fair_order`) to choose from;
 4. the lease of the chosen jobs, returning their rows.
 
+On SQLite the lock-free reader (:mod:`gateway.store.reader`) is asked first whether any
+job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a superset of
+statement 1's); when none does the round ends without a transaction. A job committed just
+after that read wakes the dispatcher again, as one committed after statement 1 does.
+
 Each claimed job's callback token comes back with its row and is kept until the next
 round, so the submit that follows does not read it again (:meth:`claimed_token`).
 """
@@ -35,6 +40,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.store import lease
 from gateway.store.ordering import lock_key
+from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
@@ -57,6 +63,12 @@ provider (docs/reliability.md, "Crash soak")."""
 SMALL_ROUND = 512
 """Waiting jobs a round orders without the window function, when all of them may go."""
 
+_MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index, as _head's
+    "SELECT 1 WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
+    " AND state IN ('creating', 'queued') AND submitted_at IS NULL AND next_attempt_at <= ?)"
+    " OR EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
+    " AND state IN ('creating', 'queued') AND submitted_at IS NULL AND next_attempt_at IS NULL)"
+)
 _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
 
 
@@ -99,6 +111,7 @@ class DispatchClaims(lease.Leasing):
         self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
+        self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
         self._claimed_tokens: dict[str, tuple[str, str]] = {}  # the last round's, by job id
 
     def claimed_token(self, job_id: str) -> tuple[str, str] | None:
@@ -124,6 +137,8 @@ class DispatchClaims(lease.Leasing):
         candidates. The round's statements: the module docstring.
         """
         now = self._clock.now()
+        if self.fast_reads.exists(_MAY_WAIT_SQL, (provider, now, provider)) is False:
+            return []  # nothing waiting, by the lock-free reader (the module docstring)
         unsubmitted = [
             jobs.c.provider == provider,
             jobs.c.state.in_(_UNSUBMITTED),

@@ -25,7 +25,7 @@ from gateway.store import errors, outbox
 from gateway.store.claims import Claims
 from gateway.store.handoff import Handoff
 from gateway.store.ordering import moves_back, outcome_values, progress_values
-from gateway.store.reader import GET_JOB, SqliteReads
+from gateway.store.reader import GET_JOB
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import TERMINAL as _TERMINAL
 from gateway.store.records import (
@@ -76,7 +76,6 @@ class JobStore(Claims):
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
-        self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
         self._planner = planner
         self._writes = JobWrites(engine, planner, self.fast_reads, clock)
 
