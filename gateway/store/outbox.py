@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
+from gateway import logs
 from gateway.http import wire
 from gateway.store.errors import ValueRefused
 from gateway.store.schema import outbox
@@ -131,18 +132,15 @@ def log_transition(old: Job | None, new: Job) -> None:
         for name, at in stages.items()
         if at is not None
     }
-    log.info(
-        "job_transition",
-        extra={
-            "prediction_id": new.id,
-            "route": new.route,
-            "provider": new.provider,
-            "provider_job_id": new.provider_job_id,
-            "old_state": old.state.value if old is not None else None,
-            "new_state": new.state.value,
-            **timings,
-        },
-    )
+    logs.info(log, "job_transition", {  # the line handler's direct path (gateway/logs.py)
+        "prediction_id": new.id,
+        "route": new.route,
+        "provider": new.provider,
+        "provider_job_id": new.provider_job_id,
+        "old_state": old.state.value if old is not None else None,
+        "new_state": new.state.value,
+        **timings,
+    })
 
 
 @dataclass(frozen=True)
