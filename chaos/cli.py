@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report.text())
     if args.json:
         args.json.write_text(report.json() + "\n")
-    if report.ok and args.workdir is None:
+    if report.ok and args.workdir is None:  # the report named it: say it is gone
         shutil.rmtree(workdir, ignore_errors=True)
+        print(f"(removed {workdir} after a clean run; --workdir DIR keeps the logs)")
     return 0 if report.ok else 1
