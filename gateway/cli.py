@@ -42,6 +42,7 @@ from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
 __all__ = ["main", "readiness_problems"]
 
 log = logging.getLogger("gateway.cli")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +90,8 @@ def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=os.environ.get("CUTOVER_CONFIG"),
         help="TOML configuration file (default: $CUTOVER_CONFIG)",
     )
-    command.add_argument("--log-level", default=None, help="overrides [logging] level (INFO)")
+    command.add_argument("--log-level", default=None, type=str.upper, choices=LEVELS,
+                         help="overrides [logging] level (INFO)")
     return command
 
 
@@ -141,9 +143,17 @@ def _routes(settings: Settings, args: argparse.Namespace) -> int:
     except CutoverError as exc:  # unknown route, bad percent: the reason, exit 1
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `cutover routes list | head -1`: not the store's fault
+        return _stdout_closed()
     except (db.StoreError, OSError) as exc:
         print(f"cutover: {_unreachable(settings, exc)}", file=sys.stderr)
         return 1
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away: stop quietly (the Python docs' recipe)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
 
 
 def _unreachable(settings: Settings, exc: Exception) -> str:
@@ -248,6 +258,8 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
     except CutoverError as exc:
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return _stdout_closed()
     except (db.StoreError, OSError) as exc:  # OSError: asyncpg cannot connect
         print(f"cutover: {_unreachable(settings, exc)}", file=sys.stderr)
         return 1

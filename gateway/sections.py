@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from gateway.storage.base import MIN_PART_BYTES, PART_SIZE_BYTES
 
@@ -58,7 +58,13 @@ class LoggingSettings(_Section):
     ``level`` (docs/logging.md). ``cutover serve --log-level`` overrides the level."""
 
     format: Literal["json", "text"] = "json"
-    level: str | None = None
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = None
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        """``debug`` is ``DEBUG`` (it stopped every command with a traceback)."""
+        return value.upper() if isinstance(value, str) else value
 
 
 class LimitSettings(_Section):

@@ -8,7 +8,10 @@ their headings.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +207,35 @@ def test_an_unreachable_store_is_named_without_its_password(
     assert routes.startswith(f"cutover: cannot reach the store at {where}"), routes
     assert serve.startswith(f"cutover: cannot start: cannot reach the store at {where}"), serve
     assert "s3cret" not in routes + serve
+
+
+def test_log_levels_are_read_in_any_case_and_a_wrong_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--log-level debug`` and ``[logging] level = "debug"`` ended in a ValueError traceback."""
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_CERT_FILE", "")
+    monkeypatch.setenv("CUTOVER_GATEWAY__TLS_KEY_FILE", "")
+    assert cli.main(["check", "--config", config, "--log-level", "debug"]) == 0
+    monkeypatch.setenv("CUTOVER_LOGGING__LEVEL", "warning")
+    assert load_settings(Path(config)).logging.level == "WARNING"
+    assert cli.main(["check", "--config", config]) == 0
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["check", "--config", config, "--log-level", "loud"])
+    assert stop.value.code == 2 and "invalid choice: 'LOUD'" in capsys.readouterr().err
+    monkeypatch.setenv("CUTOVER_LOGGING__LEVEL", "loud")
+    assert cli.main(["check", "--config", config]) == 2
+    assert "logging.level: Input should be 'DEBUG'" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_is_not_reported_as_an_unreachable_store(tmp_path: Path) -> None:
+    """``cutover routes list | head -1`` said "cannot reach the store (BrokenPipeError)"."""
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    with os.fdopen(write, "wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "routes", "list", "--config", config],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )
+    assert done.returncode == 1 and done.stderr == "", done.stderr
