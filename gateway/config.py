@@ -9,6 +9,7 @@ between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from datetime import datetime
@@ -351,7 +352,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     try:
         return FromFile(**overrides)
     except ValidationError as exc:
-        lines = "\n".join(f"  {_key(e)}: {_message(e)}" for e in exc.errors(include_url=False))
+        lines = "\n".join(f"  {_key(e)}: {_message(e)}{_did_you_mean(e)}"
+                          for e in exc.errors(include_url=False))
         raise ConfigurationError(f"invalid configuration in {where}:\n{lines}") from exc
     except SettingsError as exc:  # an environment value that does not parse
         raise ConfigurationError(
@@ -370,3 +372,15 @@ def _message(error: Any) -> str:
     if error["type"] == "extra_forbidden":
         return "is not a known setting"
     return str(error["msg"]).removeprefix("Value error, ")
+
+
+
+def _did_you_mean(error: Any) -> str:
+    """`` (did you mean 'routes'?)`` after an unknown key close to a known one."""
+    loc = [part for part in error["loc"] if isinstance(part, str)]  # no list indexes
+    if error["type"] != "extra_forbidden" or not loc or len(loc) > 2 + (loc[0] == "providers"):
+        return ""
+    section = {"providers": ProviderSettings, "routes": RouteSettings}.get(loc[0])
+    model = Settings if len(loc) == 1 else section or Settings.model_fields[loc[0]].annotation
+    close = difflib.get_close_matches(loc[-1], list(getattr(model, "model_fields", ())), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -239,3 +239,22 @@ def test_a_closed_stdout_is_not_reported_as_an_unreachable_store(tmp_path: Path)
             stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
         )
     assert done.returncode == 1 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize(("toml", "line"), [
+    ('[[route]]\nmodel = "a/b"\n', "route: is not a known setting (did you mean 'routes'?)"),
+    ('[gateway]\nlisen = "127.0.0.1:1"\n',
+     "gateway.lisen: is not a known setting (did you mean 'listen'?)"),
+    ('[providers.c]\nkind = "cog"\nbase_ur = "http://x"\n',
+     "providers.c.base_ur: is not a known setting (did you mean 'base_url'?)"),
+    ('[[routes]]\nmodle = "a/b"\nprovider = "x"\n',
+     "routes.0.modle: is not a known setting (did you mean 'model'?)"),
+    ('[gateway]\nzzzz = 1\n', "gateway.zzzz: is not a known setting"),
+])
+def test_an_unknown_key_near_a_known_one_is_named(
+    toml: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "cutover.toml"
+    path.write_text(toml)
+    assert cli.main(["check", "--config", str(path)]) == 2
+    assert f"  {line}" in capsys.readouterr().err.splitlines()
