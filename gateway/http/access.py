@@ -27,7 +27,7 @@ from aiohttp import web
 
 from contracts.errors import CutoverError
 from gateway import logs
-from gateway.http.middleware import PUBLIC_PREFIXES, TOKEN_NAME, ApiTokens, Handler, problem_for
+from gateway.http.middleware import ADMIN_ROOT, PUBLIC_PREFIXES, TOKEN_NAME, ApiTokens, Handler, problem_for
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter
 
@@ -78,7 +78,8 @@ def front_middleware(
         status = 500
         try:
             try:
-                if not request.path.startswith(PUBLIC_PREFIXES):
+                path = request.path
+                if not path.startswith(PUBLIC_PREFIXES) and path != ADMIN_ROOT:
                     name = tokens.name_of(request.headers.get("Authorization"))
                     request[TOKEN_NAME] = name
                     if limiter is not None:

@@ -28,6 +28,7 @@ from gateway.store import db
 from gateway.store import errors as store_errors
 
 __all__ = [
+    "ADMIN_ROOT",
     "PUBLIC_PREFIXES",
     "SCOPE_CHARS",
     "TOKEN_NAME",
@@ -58,6 +59,9 @@ PUBLIC_PREFIXES = (
     "/admin/",
     "/openapi.json",
 )
+"""Path prefixes the API tokens do not guard (their own checks, or none)."""
+ADMIN_ROOT = "/admin"
+"""The admin sub-application's own root: its tokens guard it, as they do ``/admin/...``."""
 
 SCOPE_CHARS = 16
 """Hex digits of a token's SHA-256 that name its scope (:func:`token_scope`)."""

@@ -74,6 +74,21 @@ async def test_admin_tokens_and_api_tokens_do_not_mix(admin_gateway: GatewayHarn
     assert (await client.get("/admin/webhooks/dead", headers=ADMIN)).status == 200
 
 
+async def test_admin_without_a_trailing_slash_is_the_admin_api(
+    admin_gateway: GatewayHarness,
+) -> None:
+    """``/admin`` itself is checked against the admin tokens, not the API tokens: the
+    admin token is not refused there as an unknown API token."""
+    client = admin_gateway.client
+    for path in ("/admin", "/admin/"):
+        response = await client.get(path, headers=ADMIN)
+        assert response.status != 401, (path, await response.text())
+        refused = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert refused.status == 401, path
+    # a path that only begins like the admin prefix still needs an API token
+    assert (await client.get("/administrator", headers=ADMIN)).status == 401
+
+
 async def test_an_admin_token_that_is_not_utf8_is_401(admin_gateway: GatewayHarness) -> None:
     server = admin_gateway.client.server
     reader, writer = await asyncio.open_connection(server.host, server.port)
