@@ -27,7 +27,14 @@ from aiohttp import web
 
 from contracts.errors import CutoverError
 from gateway import logs
-from gateway.http.middleware import ADMIN_ROOT, PUBLIC_PREFIXES, TOKEN_NAME, ApiTokens, Handler, problem_for
+from gateway.http.middleware import (
+    ADMIN_ROOT,
+    PUBLIC_PREFIXES,
+    TOKEN_NAME,
+    ApiTokens,
+    Handler,
+    problem_for,
+)
 from gateway.metrics import Metrics
 from gateway.ratelimit import Limiter
 
