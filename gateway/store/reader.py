@@ -150,6 +150,12 @@ class SqliteReads:
         value = rows[0][0] if rows else None
         return (None if value is None else datetime.fromisoformat(value).replace(tzinfo=UTC),)
 
+    def value(self, sql: str) -> tuple[Any] | None:
+        """``(the first column of the first row of sql, or None,)`` (a fixed query, no
+        parameters), or None when this reader cannot answer."""
+        rows = self._rows(sql, ())
+        return None if rows is None else (rows[0][0] if rows else None,)
+
     def routes_version(self) -> tuple[int] | None:
         """``(newest route change id or 0,)``, or None when this reader cannot answer."""
         rows = self._rows("SELECT max(id) FROM route_changes", ())
