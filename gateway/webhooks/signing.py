@@ -91,14 +91,18 @@ def compact_json(value: object) -> bytes:
     Raises
     ------
     ValueError
-        A NaN or infinite float, an ``int`` too large for a double, or a circular
-        reference.
+        A NaN or infinite float, an ``int`` too large for a double, a circular
+        reference, or nesting deeper than the encoder's recursion allows (several
+        hundred levels).
     TypeError
         Any other type, or a non-``str`` dict key.
     """
     if _orjson_writes_it_alike(value, 0):  # the usual prediction: orjson, in C
         return orjson.dumps(value)
-    return "".join(_encode(value, set())).encode("utf-8")
+    try:
+        return "".join(_encode(value, set())).encode("utf-8")
+    except RecursionError:  # the exact encoder recurses once per level
+        raise ValueError("nested too deeply to encode (Python's recursion limit)") from None
 
 
 _ORJSON_MAX_DEPTH = 200  # orjson refuses deeper nesting; cycles never get this far

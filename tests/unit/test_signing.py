@@ -279,6 +279,17 @@ def test_compact_json_refuses_cycles_and_foreign_types() -> None:
     assert signing.compact_json([shared, shared]) == b"[[1],[1]]"  # repeats are not cycles
 
 
+@pytest.mark.parametrize("depth", [600, 5_000])
+def test_compact_json_refuses_nesting_deeper_than_the_encoder_goes(depth: int) -> None:
+    """A provider output nested deeper than the exact encoder can recurse is a
+    ValueError (the store refuses it and the job fails), not a RecursionError."""
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    with pytest.raises(ValueError, match="nested"):
+        signing.compact_json(value)
+
+
 # --- Signer ----------------------------------------------------------------------------
 
 BODY = signing.compact_json(
