@@ -55,7 +55,7 @@ from gateway.providers import Provider, build_adapter, credential
 from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper
 from gateway.routing import Router
-from gateway.store import db, secrets
+from gateway.store import checkpoint, db, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
@@ -165,6 +165,7 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     engine = db.create_engine(settings.gateway.database_url)
+    checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/checkpoint.py)
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine
@@ -173,6 +174,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await engine.dispose()
+        await checkpoint.close(engine)
 
 
 async def signing_secret(engine: db.Engine, settings: Settings, clock: Clock) -> str:

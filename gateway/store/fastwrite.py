@@ -33,6 +33,8 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store import checkpoint
+
 __all__ = ["FastWrites", "in_list", "sqlite_time"]
 
 T = TypeVar("T")
@@ -63,6 +65,8 @@ class FastWrites:
         self._path: str | None = url.database if is_file else None
         self._dispatch = engine.sync_engine.dispatch
         self._conn: sqlite3.Connection | None = None
+        # the WAL checkpoint off the loop thread, when the process has one (store/checkpoint.py)
+        self._checkpointer = checkpoint.for_engine(engine)
 
     def run(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
         """``work(conn)`` in one transaction, committed; None when it could not run here
@@ -78,6 +82,8 @@ class FastWrites:
         try:
             result = work(conn)
             conn.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.poke()
         except sqlite3.Error:
             self._rollback(conn)
             return None
@@ -95,6 +101,8 @@ class FastWrites:
             )
             conn.execute("PRAGMA synchronous=NORMAL")  # as the engine's (gateway/store/db.py)
             conn.execute("PRAGMA foreign_keys=ON")
+            if self._checkpointer is not None:  # it checkpoints on its thread instead
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             self._conn = conn
         return self._conn
 

@@ -1,0 +1,79 @@
+"""SQLite's WAL checkpoint runs on the store's worker thread, never in a commit on the
+event loop thread, and the WAL stays bounded (gateway/store/checkpoint.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from gateway.store import checkpoint
+from tests.support.gateway import VERSION, GatewayHarness
+
+
+@pytest.fixture
+def backend() -> str:
+    return "sqlite"  # the checkpointer is SQLite's; PostgreSQL has none
+
+
+def _checkpointer(gateway: GatewayHarness) -> checkpoint.Checkpointer:
+    path = gateway.store.engine.url.database
+    assert path
+    found = checkpoint.for_file(path)
+    assert found is not None
+    return found
+
+
+async def test_many_creates_keep_the_wal_bounded_and_checkpoint_off_the_loop(
+    gateway: GatewayHarness,
+) -> None:
+    ckpt = _checkpointer(gateway)
+    wal = Path(ckpt.path + "-wal")
+    conn = sqlite3.connect(ckpt.path)
+    try:
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    largest = 0
+    for start in range(0, 5000, 50):
+        answers = await asyncio.gather(*(
+            gateway.client.post(
+                "/v1/predictions", json={"version": VERSION, "input": {"n": n}},
+                headers=gateway.headers,
+            )
+            for n in range(start, start + 50)
+        ))
+        assert {a.status for a in answers} == {201}
+        largest = max(largest, wal.stat().st_size)
+    assert ckpt.runs > 0
+    assert threading.current_thread().name not in ckpt.threads
+    assert ckpt.threads == {"wal-checkpoint_0"}
+    # SQLite's own default would have started one at 1,000 pages; a few times that at most
+    assert largest < 3 * checkpoint.THRESHOLD_PAGES * page, (largest, ckpt.last)
+    print(f"creates 5000, checkpoints {ckpt.runs}, largest WAL {largest} B, page {page} B")
+
+
+async def test_autocheckpoint_is_off_on_the_loop_connections(gateway: GatewayHarness) -> None:
+    await gateway.create({"version": VERSION, "input": {"n": 1}})
+    engine = gateway.store.engine
+    async with engine.connect() as connection:
+        value = (await connection.exec_driver_sql("PRAGMA wal_autocheckpoint")).scalar()
+    assert value == 0
+
+
+async def test_the_checkpointer_closes_at_shutdown(gateway: GatewayHarness) -> None:
+    ckpt = _checkpointer(gateway)
+    await gateway.create({"version": VERSION, "input": {"n": 1}})
+    await gateway.client.close()  # the app's cleanup: engine disposed, checkpointer closed
+    assert ckpt.closed
+    assert checkpoint.for_file(ckpt.path) is None
+    assert ckpt.last is not None and ckpt.last[1] == ckpt.last[2]  # all copied at the end
+    ckpt.poke()  # a no-op once closed
+    conn = sqlite3.connect(ckpt.path)
+    try:  # everything committed is there
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
+    finally:
+        conn.close()
