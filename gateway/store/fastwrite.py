@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.store import checkpoint
+from gateway.store import checkpoint, db
 
 __all__ = ["FastWrites", "in_list", "sqlite_time"]
 
@@ -99,8 +99,8 @@ class FastWrites:
                 self._path, timeout=0, isolation_level=None, check_same_thread=False,
                 cached_statements=64,
             )
-            conn.execute("PRAGMA synchronous=NORMAL")  # as the engine's (gateway/store/db.py)
-            conn.execute("PRAGMA foreign_keys=ON")
+            for pragma in db.SQLITE_WRITE_PRAGMAS:  # as the engine's
+                conn.execute(pragma)
             if self._checkpointer is not None:  # it checkpoints on its thread instead
                 conn.execute("PRAGMA wal_autocheckpoint=0")
             self._conn = conn
