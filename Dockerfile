@@ -11,9 +11,10 @@
 # The config must listen on 0.0.0.0:8443 inside the container (examples/cutover.example.toml
 # shows every key). Keep database_url and storage_url under /var/lib/cutover (the volume),
 # e.g. sqlite+aiosqlite:////var/lib/cutover/cutover.db and file:///var/lib/cutover/assets.
-# The health check reads the config's [gateway] listen and tls_cert_file and calls /health
-# on 127.0.0.1 (the certificate is not checked for this loopback probe); set
-# CUTOVER_HEALTH_URL to override, CUTOVER_CONFIG if the config lives elsewhere.
+# Both the gateway and its health check read $CUTOVER_CONFIG (/etc/cutover/cutover.toml)
+# and then the CUTOVER_* environment (CUTOVER_GATEWAY__LISTEN, ..._TLS_CERT_FILE, ...):
+# `cutover health` GETs /ready where `cutover serve` listens, over HTTPS with the
+# configured certificate as its only trust anchor when one is set (README, "Container").
 
 # --- builder: a wheel of the project, installed with its dependencies into a venv ---------
 FROM python:3.11-slim AS builder
@@ -36,6 +37,7 @@ RUN /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
 FROM python:3.11-slim AS runtime
 
 ENV PATH=/opt/venv/bin:$PATH \
+    CUTOVER_CONFIG=/etc/cutover/cutover.toml \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
@@ -52,9 +54,9 @@ WORKDIR /var/lib/cutover
 VOLUME ["/var/lib/cutover"]
 EXPOSE 8443
 
-# /health over http or https as the config says (or $CUTOVER_HEALTH_URL); slim has no curl.
+# /ready on the listener the gateway's own settings name (file + environment); exit 0/1.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["python", "-c", "import os, ssl, sys, tomllib, urllib.request as r; g = tomllib.load(open(os.environ.get('CUTOVER_CONFIG', '/etc/cutover/cutover.toml'), 'rb')).get('gateway', {}); url = os.environ.get('CUTOVER_HEALTH_URL') or ('https' if g.get('tls_cert_file') else 'http') + '://127.0.0.1:' + g.get('listen', ':8080').rpartition(':')[2] + '/health'; sys.exit(0 if r.urlopen(url, timeout=4, context=ssl._create_unverified_context()).status == 200 else 1)"]
+  CMD ["cutover", "health", "--timeout", "4"]
 
 ENTRYPOINT ["cutover"]
-CMD ["serve", "--config", "/etc/cutover/cutover.toml"]
+CMD ["serve"]

@@ -3,6 +3,7 @@
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
 ``cutover check --config FILE``  validate the configuration and print a summary
+``cutover health [--config FILE]``  GET /ready where ``serve`` listens (:mod:`gateway.healthcheck`)
 ``cutover chaos [--predictions N] [--profile FILE] [--database-url URL]``  the chaos run
 ``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
 ``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, logs, providers, routecli
+from gateway import app, healthcheck, logs, providers, routecli
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.store import db
@@ -60,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         help="serve on this inherited, already listening socket instead of binding "
         "[gateway] listen (for a supervisor or test harness that bound it)",
     )
+    sub.add_parser("health", help="exit 0 when the gateway configured like serve is ready "
+                   "(cutover health --help)", add_help=False)
     sub.add_parser("chaos", help="run the gateway under faults and check every promise "
                    "(cutover chaos --help)", add_help=False)
     hooks = sub.add_parser("webhooks", help="dead-lettered outbound webhooks")
@@ -103,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from chaos import cli as chaos_cli
 
         return chaos_cli.main(argv[1:])
+    if argv[:1] == ["health"]:
+        return healthcheck.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (

@@ -9,17 +9,25 @@ So the import runs with the collector off, what it built is frozen (never walked
 the few garbage cycles among it are kept, a few hundred KiB), and the collector is back
 on before any command runs (docs/benchmarks.md, "Start-up"). Only this process does
 this: importing :mod:`gateway.cli` elsewhere (tests) leaves the collector alone.
+
+``cutover health`` (the container's health check, run every 15 s) imports only
+:mod:`gateway.healthcheck` and the configuration, not the gateway.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 
 __all__ = ["main"]
 
 
 def main() -> int:
     """Entry point of the ``cutover`` console script; returns the exit status."""
+    if sys.argv[1:2] == ["health"]:
+        from gateway import healthcheck
+
+        return healthcheck.main(sys.argv[2:])
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -60,12 +60,22 @@ class GatewayProcess:
         Where the config file and log go.
     ca_file : Path, optional
         The CA to trust when probing an HTTPS gateway.
+    env : dict, optional
+        ``CUTOVER_*`` overrides for the process (the test's own ``CUTOVER_*`` variables
+        are never passed on); ``url`` is still the config's ``public_url``.
     """
 
-    def __init__(self, config: dict[str, Any], workdir: Path, ca_file: Path | None = None):
+    def __init__(
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        ca_file: Path | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.config = config
         self.workdir = workdir
         self.ca_file = ca_file
+        self.env = env or {}
         self.config_path = workdir / f"cutover-{id(self):x}.toml"
         self.log_path = workdir / f"gateway-{id(self):x}.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -98,7 +108,10 @@ class GatewayProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=die_with_parent,
-                env={k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")},
+                env={
+                    **{k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")},
+                    **self.env,
+                },
             )
         try:
             self._wait_healthy(timeout_s)

@@ -52,8 +52,11 @@ def test_dockerfile_runtime_runs_as_non_root():
 def test_dockerfile_has_healthcheck_entrypoint_and_port():
     runtime = dockerfile_stages()[-1]
     health = instructions(runtime, "HEALTHCHECK")
-    assert health and "/health" in (ROOT / "Dockerfile").read_text()
-    assert "python" in health[-1], "python:3.11-slim has no curl"
+    # `cutover health` loads the settings as `serve` does (file + CUTOVER_* environment):
+    # a check reading the TOML alone probed the wrong port or scheme (slim has no curl).
+    assert health and 'CMD ["cutover", "health"' in health[-1]
+    env = " ".join(instructions(runtime, "ENV"))
+    assert "CUTOVER_CONFIG=/etc/cutover/cutover.toml" in env, "serve and health read one file"
     assert instructions(runtime, "ENTRYPOINT") == ['["cutover"]']
     assert instructions(runtime, "EXPOSE")
 

@@ -1,0 +1,126 @@
+"""``cutover health``: is the gateway on this machine ready? (the container's health check)
+
+The command loads the configuration exactly as ``cutover serve`` does (``--config FILE`` or
+``$CUTOVER_CONFIG``, then every ``CUTOVER_*`` environment override; gateway.config), so
+a container configured by its environment is probed where the gateway really listens and
+with the scheme it really serves. It GETs ``/ready`` (store reachable, providers and
+routes configured: README, "HTTP API") on ``[gateway] listen``, a wildcard host read as
+loopback (``0.0.0.0`` -> ``127.0.0.1``, ``::`` -> ``::1``), and exits 0 when the answer is
+200, 1 otherwise. Over HTTPS the server must present ``[gateway] tls_cert_file`` itself
+(that file is the only trust anchor; the host name is not checked, since the probe
+reaches the gateway by its loopback address and the certificate names the public one).
+
+Exit status 1 also covers a configuration that does not load: Docker reserves 2 for its
+own use, and a container whose gateway cannot start is not healthy. One line says why
+(stdout when ready, stderr otherwise), which ``docker inspect`` keeps with the result.
+
+This module imports the configuration only, not the gateway (half a second less CPU on
+every probe): the console script runs it without importing :mod:`gateway.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from contracts.errors import ConfigurationError
+from gateway.config import GatewaySettings, load_settings
+
+__all__ = ["main", "probe_context", "probe_url"]
+
+#: Default seconds for the whole probe (Docker's HEALTHCHECK --timeout is 5 s in the image).
+DEFAULT_TIMEOUT_S = 4.0
+
+_LOOPBACK = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}  # noqa: S104
+
+
+def probe_url(gateway: GatewaySettings, path: str = "/ready") -> str:
+    """The URL of ``path`` on the gateway's listener, e.g. ``https://127.0.0.1:8443/ready``
+    for ``listen = "0.0.0.0:8443"`` with a certificate configured."""
+    host = _LOOPBACK.get(gateway.host, gateway.host)
+    if ":" in host and not host.startswith("["):  # an IPv6 literal
+        host = f"[{host}]"
+    scheme = "https" if gateway.tls_cert_file else "http"
+    return f"{scheme}://{host}:{gateway.port}{path}"
+
+
+def probe_context(gateway: GatewaySettings) -> ssl.SSLContext | None:
+    """For HTTPS, a client context trusting only the configured certificate (chain): the
+    listener must present it; None for plain HTTP.
+
+    Raises
+    ------
+    ConfigurationError
+        The certificate file cannot be read as PEM.
+    """
+    if gateway.tls_cert_file is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # loopback address; the certificate names the public host
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is the anchor
+    try:
+        context.load_verify_locations(cafile=str(gateway.tls_cert_file))
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigurationError(
+            f"cannot read [gateway] tls_cert_file = {gateway.tls_cert_file}: {why}"
+        ) from exc
+    return context
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cutover health",
+        description="GET /ready on the configured listener; exit 0 when ready, 1 otherwise",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=os.environ.get("CUTOVER_CONFIG"),
+        help="TOML configuration file, as for serve (default: $CUTOVER_CONFIG)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        help=f"give up after this long (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cutover health [--config FILE] [--timeout S]``; returns the exit status (0 or 1)."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        gateway = load_settings(args.config).gateway
+        url, context = probe_url(gateway), probe_context(gateway)
+    except ConfigurationError as exc:
+        print(f"cutover health: {exc.detail}", file=sys.stderr)
+        return 1
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout, context=context) as answer:  # noqa: S310 (http(s) only)
+            status = answer.status
+    except urllib.error.HTTPError as exc:  # 503 Not ready: its problem detail says why
+        print(f"cutover health: {url} answered {exc.code}: {_detail(exc)}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:  # refused, timed out, TLS mismatch
+        why = getattr(exc, "reason", exc)
+        print(f"cutover health: cannot reach {url}: {why}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"cutover health: {url} answered {status}", file=sys.stderr)
+        return 1
+    print(f"ready: {url}")
+    return 0
+
+
+def _detail(error: urllib.error.HTTPError) -> str:
+    """The ``detail`` of a problem+json answer, else its reason phrase."""
+    try:
+        return str(json.loads(error.read(4096)).get("detail") or error.reason)
+    except (ValueError, AttributeError, OSError):
+        return str(error.reason)
