@@ -19,8 +19,8 @@ from contracts.snapshot import ProviderSnapshot
 from contracts.times import parse_time
 
 __all__ = [
-    "PROBE_INPUT", "STATUS_MAP", "CogPrediction", "describe", "map_status", "parse_timestamp",
-    "prediction", "raise_for_status", "refuses_input",
+    "PROBE_INPUT", "STATUS_MAP", "CogPrediction", "describe", "map_status", "model_error",
+    "parse_timestamp", "prediction", "raise_for_status", "refuses_input",
 ]
 
 #: Cog's raw status -> canonical state (§1.5, §6). Anything else: see :func:`map_status`.
@@ -38,7 +38,8 @@ PROBE_INPUT = "cutover-watchdog-probe"
 
 _BUSY_CODES = frozenset({409, 429, 503})  # at capacity, too many streams, setup unfinished
 _BODY_EXCERPT_CHARS = 200
-_BODY_EXCERPT_CHARS = 200
+#: What coglet 0.23.1 puts before a failed prediction's error, twice (§1.5).
+_FAILED_PREFIX = "Prediction failed: "
 
 
 def map_status(raw_status: str) -> JobState:
@@ -62,7 +63,8 @@ class CogPrediction(BaseModel):
     def snapshot(self) -> ProviderSnapshot:
         return ProviderSnapshot(
             provider_job_id=self.id, state=map_status(self.status), raw_status=self.status,
-            output=self.output, logs=self.logs, error=self.error, metrics=self.metrics or {},
+            output=self.output, logs=self.logs, error=model_error(self.error),
+            metrics=self.metrics or {},
         )
 
     @property
@@ -70,6 +72,19 @@ class CogPrediction(BaseModel):
         """This answer to the probe shows that Cog no longer knew the prediction."""
         created_now = self.status == "starting" and "input" not in self.model_fields_set
         return created_now or self.input == PROBE_INPUT
+
+
+def model_error(error: str | None) -> str | None:
+    """The model's own error text: Cog's ``Prediction failed: `` prefixes removed, however
+    many (0.23.1 writes ``"Prediction failed: Prediction failed: ValueError: boom"`` for a
+    ``predict()`` that raised ``ValueError("boom")``; this gives ``"ValueError: boom"``).
+    An error that is nothing but the prefix stays as it is (docs/cog.md §1.5)."""
+    if error is None:
+        return None
+    text = error
+    while text.startswith(_FAILED_PREFIX) and text[len(_FAILED_PREFIX):].strip():
+        text = text[len(_FAILED_PREFIX):]
+    return text
 
 
 def parse_timestamp(value: object) -> datetime | None:
