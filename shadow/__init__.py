@@ -15,6 +15,21 @@ Public modules, in the order data flows through them:
 Imports only ``contracts`` (and third-party measures); never the gateway.
 """
 
-# No submodule is imported here: the gateway reads route settings (``policy``,
-# ``thresholds``) at start-up and needs the comparison modules only when it compares.
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
 __all__ = ["compare", "noise", "outcome", "policy", "report", "thresholds"]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``shadow.compare`` and the other public modules, imported on first use (PEP 562).
+
+    No submodule is imported with the package: the gateway reads route settings
+    (``policy``, ``thresholds``) at start-up and needs the comparison modules only when it
+    compares (docs/benchmarks.md). Raises AttributeError for any other name.
+    """
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
