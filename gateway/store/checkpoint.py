@@ -125,7 +125,7 @@ class Checkpointer:
         self._path = path
         self._threshold = threshold_pages
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "wal-checkpoint")
-        self._running: concurrent.futures.Future[None] | None = None
+        self._running = False  # set before a checkpoint is submitted, cleared by it
         self._conn: sqlite3.Connection | None = None  # used on the worker thread only
         self._shm: int | None = None  # file descriptor of the -shm file
         self._commits = 0
@@ -143,10 +143,15 @@ class Checkpointer:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def running(self) -> bool:
+        """A checkpoint is submitted or running on the worker."""
+        return self._running
+
     def poke(self) -> None:
         """After a commit, on the event loop thread: start a checkpoint on the worker if
         the WAL has grown past the threshold and none is running. Never waits."""
-        if self._closed or self._running is not None:
+        if self._closed or self._running:
             return
         self._commits += 1
         pending = self._pending()
@@ -158,7 +163,10 @@ class Checkpointer:
         if time.monotonic() < self._not_before:
             return
         self._commits = 0
-        self._running = self._executor.submit(self._checkpoint)
+        # Set before the submit, not from its answer: the worker may finish (and clear it)
+        # before submit() returns, and a finished future kept here stopped every later one.
+        self._running = True
+        self._executor.submit(self._checkpoint)
 
     def _pending(self) -> int | None:
         """Frames in the WAL not yet copied into the database, or None (unknown)."""
@@ -196,7 +204,7 @@ class Checkpointer:
             log.debug("wal checkpoint of %s skipped: %s", self._path, exc)
         finally:
             self._not_before = time.monotonic() + MIN_INTERVAL_S
-            self._running = None
+            self._running = False
 
     def _reopen_shm_if_gone(self) -> None:
         """The -shm file is unlinked when the last connection closes; ours keeps it, but

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.store import checkpoint
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.waiting import wait_until_sync
 
 
 @pytest.fixture
@@ -77,3 +78,35 @@ async def test_the_checkpointer_closes_at_shutdown(gateway: GatewayHarness) -> N
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1
     finally:
         conn.close()
+
+
+async def test_a_checkpoint_done_before_its_submit_returns_does_not_stop_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker can run a whole checkpoint before ``submit()`` returns on the loop thread
+    (the first submit starts the thread and waits for it; a loaded machine may not run the
+    loop thread again in time). The running mark was the future that submit returned, set
+    after the worker had cleared it: it stayed set and no checkpoint ever ran again."""
+    path = tmp_path / "cutover.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    ckpt = checkpoint.Checkpointer(str(path), threshold_pages=1)
+    real_submit = ckpt._executor.submit
+
+    def submit_and_finish(fn):  # type: ignore[no-untyped-def]
+        future = real_submit(fn)
+        future.result()  # the worker is done before the loop thread goes on
+        return future
+
+    monkeypatch.setattr(ckpt._executor, "submit", submit_and_finish)
+    try:
+        for n in range(3):
+            conn.execute("INSERT INTO t VALUES (?)", (n,))
+            conn.commit()
+            wait_until_sync(lambda: (ckpt.poke() or ckpt.runs) > n, 10.0,  # noqa: B023
+                            what=f"checkpoint {n + 1}", interval_s=0.01)
+        assert not ckpt.running
+    finally:
+        conn.close()
+        await ckpt.aclose()
