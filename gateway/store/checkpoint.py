@@ -17,7 +17,10 @@ once, and the loop never waits for one. The signal is read after each commit fro
 WAL index (the ``-shm`` file's header: ``mxFrame`` at byte 16, ``nBackfill`` at byte 96,
 host byte order; https://www.sqlite.org/walformat.html, section 2.1), one ``pread`` of
 about a microsecond; where that header cannot be read, a checkpoint runs every
-``FALLBACK_COMMITS`` commits instead.
+``FALLBACK_COMMITS`` commits instead, and the first time that fallback starts one the
+process logs the warning ``wal_index_unreadable`` (once per process: ``path``, ``reason``;
+docs/logging.md), since from then on the WAL may grow well past the threshold between
+checkpoints.
 
 Durability does not depend on checkpoints: a commit is durable once its frames are in the
 WAL file (a process crash loses none; with ``synchronous=NORMAL`` a power loss may lose
@@ -67,6 +70,7 @@ _HEADER = struct.Struct("=I4xI?xHI")  # iVersion, iChange, isInit, szPage, mxFra
 _BACKFILL = struct.Struct("=I")  # nBackfill, at byte 96
 
 _BY_ENGINE: weakref.WeakKeyDictionary[AsyncEngine, Checkpointer] = weakref.WeakKeyDictionary()
+_warned = threading.Event()  # wal_index_unreadable logged by this process
 
 
 def install(engine: AsyncEngine, threshold_pages: int = THRESHOLD_PAGES) -> Checkpointer | None:
@@ -129,6 +133,7 @@ class Checkpointer:
         self._conn: sqlite3.Connection | None = None  # used on the worker thread only
         self._shm: int | None = None  # file descriptor of the -shm file
         self._commits = 0
+        self._unreadable = ""  # why the WAL index could not be read, at the last commit
         self._not_before = 0.0
         self._closed = False
         self.runs = 0
@@ -158,6 +163,7 @@ class Checkpointer:
         if pending is None:
             if self._commits < FALLBACK_COMMITS:
                 return
+            self._warn_fallback()
         elif pending < self._threshold:
             return
         if time.monotonic() < self._not_before:
@@ -169,20 +175,38 @@ class Checkpointer:
         self._executor.submit(self._checkpoint)
 
     def _pending(self) -> int | None:
-        """Frames in the WAL not yet copied into the database, or None (unknown)."""
+        """Frames in the WAL not yet copied into the database, or None (unknown: the
+        reason is kept for :meth:`_warn_fallback`)."""
         try:
             if self._shm is None:
                 self._shm = os.open(self._path + "-shm", os.O_RDONLY)
             header = os.pread(self._shm, 100, 0)
-        except OSError:
+        except OSError as exc:
+            self._unreadable = f"cannot read {self._path}-shm: {exc.strerror or exc}"
             return None
         if len(header) < 100:
+            self._unreadable = f"{self._path}-shm holds {len(header)} bytes, not a 100-byte header"
             return None
         version, _change, init, _page, frames = _HEADER.unpack_from(header, 0)
         if version != _WALINDEX_VERSION or not init:
+            self._unreadable = (
+                f"{self._path}-shm header: version {version} (expected {_WALINDEX_VERSION}), "
+                f"isInit {int(init)}"
+            )
             return None
         (backfilled,) = _BACKFILL.unpack_from(header, 96)
         return max(frames - backfilled, 0)
+
+    def _warn_fallback(self) -> None:
+        """The every-``FALLBACK_COMMITS`` checkpoint takes over: say why, once a process."""
+        if _warned.is_set():
+            return
+        _warned.set()
+        log.warning(
+            "wal_index_unreadable",
+            extra={"path": self._path, "reason": self._unreadable,
+                   "fallback": f"a checkpoint every {FALLBACK_COMMITS} commits"},
+        )
 
     def _checkpoint(self) -> None:
         """On the worker thread."""

@@ -4,6 +4,7 @@ event loop thread, and the WAL stays bounded (gateway/store/checkpoint.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -29,8 +30,10 @@ def _checkpointer(gateway: GatewayHarness) -> checkpoint.Checkpointer:
 
 
 async def test_many_creates_keep_the_wal_bounded_and_checkpoint_off_the_loop(
-    gateway: GatewayHarness,
+    gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    monkeypatch.setattr(checkpoint, "_warned", threading.Event())  # as at start
+    caplog.set_level(logging.WARNING, logger=checkpoint.__name__)
     ckpt = _checkpointer(gateway)
     wal = Path(ckpt.path + "-wal")
     conn = sqlite3.connect(ckpt.path)
@@ -54,6 +57,7 @@ async def test_many_creates_keep_the_wal_bounded_and_checkpoint_off_the_loop(
     assert ckpt.threads == {"wal-checkpoint_0"}
     # SQLite's own default would have started one at 1,000 pages; a few times that at most
     assert largest < 3 * checkpoint.THRESHOLD_PAGES * page, (largest, ckpt.last)
+    assert "wal_index_unreadable" not in caplog.messages  # the WAL index was read
     print(f"creates 5000, checkpoints {ckpt.runs}, largest WAL {largest} B, page {page} B")
 
 
@@ -110,3 +114,50 @@ async def test_a_checkpoint_done_before_its_submit_returns_does_not_stop_the_nex
     finally:
         conn.close()
         await ckpt.aclose()
+
+def _commits_until_fallback(ckpt: checkpoint.Checkpointer) -> None:
+    """Commits' pokes until the fallback has run one more checkpoint, and it finished."""
+    before = ckpt.runs
+
+    def another_ran() -> bool:
+        ckpt.poke()
+        return ckpt.runs > before and not ckpt.running
+
+    for _ in range(checkpoint.FALLBACK_COMMITS - 1):
+        ckpt.poke()
+    wait_until_sync(another_ran, 10.0, what="the fallback checkpoint", interval_s=0.01)
+
+
+@pytest.mark.parametrize(
+    ("shm", "reason"),
+    [(None, "-shm: No such file or directory"),
+     (bytes(100), "-shm header: version 0 (expected 3007000)")],
+    ids=["missing", "unknown-version"],
+)
+async def test_the_fallback_to_every_200_commits_is_logged_once_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    shm: bytes | None, reason: str,
+) -> None:
+    monkeypatch.setattr(checkpoint, "_warned", threading.Event(), raising=False)  # as at start
+    path = tmp_path / "rollback-journal.db"  # not WAL: SQLite keeps no WAL index for it
+    sqlite3.connect(path).close()
+    if shm is not None:
+        (tmp_path / "rollback-journal.db-shm").write_bytes(shm)
+    first, second = checkpoint.Checkpointer(str(path)), checkpoint.Checkpointer(str(path))
+    try:
+        with caplog.at_level(logging.WARNING, logger=checkpoint.__name__):
+            for _ in range(checkpoint.FALLBACK_COMMITS - 1):
+                first.poke()
+            assert not caplog.records  # the fallback has not taken over yet
+            first.poke()
+            wait_until_sync(lambda: first.runs == 1 and not first.running, 10.0,
+                            what="the fallback checkpoint")
+            _commits_until_fallback(first)
+            _commits_until_fallback(second)
+    finally:
+        await first.aclose()
+        await second.aclose()
+    warnings = [r for r in caplog.records if r.getMessage() == "wal_index_unreadable"]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    assert warnings[0].path == str(path)  # type: ignore[attr-defined]
+    assert reason in warnings[0].reason  # type: ignore[attr-defined]
