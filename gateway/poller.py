@@ -147,13 +147,18 @@ class Poller(Loop):
         Not while provider events for it wait to be applied (it finished; they say how),
         nor within the provider's terminal-webhook retry window from the first time it
         was found missing (``Capabilities.lost_grace_s``); the job is checked again later.
+        Meanwhile it holds none of the provider's slots: the provider is not running it.
         """
         if await self._store.has_unprocessed_events(job.id):
             self._release(job, self._next(job, provider))
             return False
         if snapshot.provider_restarted:
             return True  # its webhooks died with it: nothing can still arrive
-        lost_at = job.lost_at or await self._store.mark_lost(job.id)
+        lost_at = job.lost_at
+        if lost_at is None:
+            lost_at = await self._store.mark_lost(job.id)
+            # It no longer holds one of the provider's slots (store/dispatching.py).
+            self._notifier.wake(LoopName.DISPATCHER)
         until = lost_at + timedelta(seconds=provider.adapter.capabilities.lost_grace_s)
         now = self._clock.now()
         if now >= until:

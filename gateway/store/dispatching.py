@@ -8,10 +8,10 @@ processes. Its statements, in order:
 
 1. at most :data:`SMALL_ROUND` + 1 waiting jobs (none: the round ends here, without a
    count), read from two ranges of an index (:func:`_head`);
-2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs; on
-   SQLite, when the jobs table has never held half as many rows as ``max_concurrency``,
-   ``max(rowid)`` stands for it: no more jobs than that can be in flight, and the
-   round may still take at least half the limit);
+2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs, less
+   those the provider reported lost; on SQLite, when the jobs table has never held half
+   as many rows as ``max_concurrency``, ``max(rowid)`` stands for it: no more jobs than
+   that can be in flight, and the round may still take at least half the limit);
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
    token's first waiting jobs by priority and age (a window function), for the fair order
    (:func:`gateway.fairness.fair_order`) to choose from;
@@ -75,7 +75,10 @@ _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).
 
 def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
     """How many jobs ``provider`` has in flight: submitted and active, or leased for
-    dispatch right now (a submit under way in some process)."""
+    dispatch right now (a submit under way in some process). A job the provider said it
+    no longer knows (``lost_at`` set: Cog's watchdog probe found it neither running nor
+    queued, docs/cog.md §2) holds none of its slots while the gateway waits out
+    ``lost_grace_s`` for its late terminal webhook."""
     return (
         sa.select(sa.func.count())
         .select_from(jobs)
@@ -83,7 +86,7 @@ def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
             jobs.c.provider == provider,
             jobs.c.state.in_(_ACTIVE),
             sa.or_(
-                jobs.c.submitted_at.is_not(None),
+                sa.and_(jobs.c.submitted_at.is_not(None), jobs.c.lost_at.is_(None)),
                 sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
             ),
         )
