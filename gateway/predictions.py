@@ -245,6 +245,8 @@ class PredictionService:
             raise _reused_key(options) from None
         if created:
             self._notifier.wake(LoopName.DISPATCHER)
+            if deadline is not None:  # the reaper ends it then, if still active
+                self._notifier.due(LoopName.REAPER, deadline)
         return job, created
 
     async def wait(self, job: Job, wait_s: float) -> Job:

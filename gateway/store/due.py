@@ -36,7 +36,7 @@ _DISPATCH_SQL = (
     "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
     " FROM jobs WHERE state IN ('creating', 'queued') AND submitted_at IS NULL"
     " AND (raw_status IN ('submitting', 'resubmitting', 'unreachable')"
-    " OR cancel_requested_at IS NULL)"
+    " OR (cancel_requested_at IS NULL AND (deadline IS NULL OR deadline > ?)))"
 )
 _FETCH_SQL = (
     "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
@@ -92,7 +92,10 @@ class Due:
     async def dispatch(self, now: datetime) -> datetime | None:
         """The earliest time an unsubmitted job is due for dispatch: the jobs that
         :meth:`gateway.store.dispatching.DispatchClaims.claim_dispatch` takes, including
-        those with a cancel request (or past their deadline) a submit may have reached."""
+        those with a cancel request (or past their deadline) a submit may have reached.
+        One no submit can have reached is the reaper's once canceled or past its
+        deadline: it kept an idle dispatcher going round every ``loop_interval_s`` (an
+        empty claim each time) until the reaper ended it."""
         return await self._min(
             lambda: sa.select(
                 sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until, now))
@@ -101,10 +104,13 @@ class Due:
                 jobs.c.submitted_at.is_(None),
                 sa.or_(
                     jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # the cancel goes via the provider
-                    jobs.c.cancel_requested_at.is_(None),
+                    sa.and_(
+                        jobs.c.cancel_requested_at.is_(None),
+                        sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
+                    ),
                 ),
             ),
-            _DISPATCH_SQL, (now,),
+            _DISPATCH_SQL, (now, now),
         )
 
     async def fetch(self, now: datetime) -> datetime | None:

@@ -37,3 +37,24 @@ async def test_the_reader_answers_as_the_engine(make_gateway: Any) -> None:
         expected = await answers(slow, at)
         assert await answers(fast, at) == expected
         assert all(x is None or x.tzinfo is not None for x in expected)
+
+
+async def test_a_job_past_its_deadline_that_no_submit_reached_is_not_due_for_dispatch(
+    make_gateway: Any,
+) -> None:
+    """The reaper ends it (canceled before it started); counted as due, it kept an idle
+    dispatcher going round every loop_interval_s, each round claiming nothing."""
+    gateway = await make_gateway(providers={"fake": {"kind": "fake", "max_concurrency": 100}})
+    engine = gateway.store.engine
+    fast, slow = Due(engine), Due(engine, fast=False)
+    gateway.fake.busy_times = 10**6  # deferred: a queued job with its next attempt set
+    made = await gateway.create({"version": VERSION, "input": {"prompt": "x"}},
+                                **{"Cancel-After": "5s"})
+    await gateway.settle()
+    job = await gateway.store.get(made["id"])
+    assert job.deadline is not None and job.submitted_at is None
+    before = job.deadline - timedelta(seconds=1)
+    assert await fast.dispatch(before) == await slow.dispatch(before) is not None
+    after = job.deadline + timedelta(seconds=1)
+    assert await fast.dispatch(after) is None
+    assert await slow.dispatch(after) is None

@@ -1,0 +1,58 @@
+"""The idle reaper is woken for work that falls due before it would wake by itself.
+
+With nothing scheduled the reaper sleeps ``loop_max_idle_s`` (10 s by default) and only a
+cancel request woke it: a prediction created meanwhile with a ``Cancel-After`` deadline
+ended up to that much after its deadline (and the dispatcher, seeing the job due, went
+round every ``loop_interval_s`` meanwhile). The loops run for real here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from adapters.fake import FakeAdapter
+from gateway.app import create_app
+from gateway.config import Settings
+from gateway.http import keys
+from gateway.notify import LoopName
+from tests.support.gateway import TOKEN, VERSION
+from tests.support.waiting import wait_until
+
+MAX_IDLE_S = 60.0
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def _running_app(settings: Settings, aiohttp_client: Callable[..., Any]) -> Any:
+    app = create_app(settings)  # the background loops run
+    client = await aiohttp_client(app)
+    await wait_until(lambda: app[keys.NOTIFIER].sleeping_until(LoopName.REAPER),
+                     what="the reaper asleep with nothing scheduled")
+    return app, client
+
+
+async def test_a_deadline_wakes_the_idle_reaper(
+    make_settings: Callable[..., Settings], aiohttp_client: Callable[..., Any],
+) -> None:
+    app, client = await _running_app(
+        make_settings(gateway={"loop_max_idle_s": MAX_IDLE_S}), aiohttp_client
+    )
+    fake = app[keys.PROVIDERS]["fake"].adapter
+    assert isinstance(fake, FakeAdapter)
+    fake.busy_times = 10**6  # it never takes the job: only the deadline can end it
+    response = await client.post("/v1/predictions", headers={**HEADERS, "Cancel-After": "5s"},
+                                 json={"version": VERSION, "input": {"prompt": "x"}})
+    assert response.status == 201, await response.text()
+    created = time.monotonic()
+    url = f"/v1/predictions/{(await response.json())['id']}"
+
+    async def ended() -> dict[str, Any] | None:
+        body: dict[str, Any] = await (await client.get(url, headers=HEADERS)).json()
+        return body if body["status"] != "starting" else None
+
+    done = await wait_until(ended, timeout_s=MAX_IDLE_S / 2, interval_s=0.05,
+                            what="the prediction ended by its deadline")
+    assert done["status"] == "canceled"
+    assert "passed its deadline" in done["error"]
+    assert time.monotonic() - created < 5 + 3  # at the deadline, not at loop_max_idle_s
