@@ -37,14 +37,8 @@ from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
 from gateway.webhooks import signing, ssrf
 
-__all__ = [
-    "PAGE_SIZE",
-    "CreateOptions",
-    "Page",
-    "PredictionService",
-    "parse_cancel_after",
-    "parse_prefer_wait",
-]
+__all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
+           "parse_prefer_wait"]
 
 PAGE_SIZE = 100
 MIN_CANCEL_AFTER_S = 5.0
