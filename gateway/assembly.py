@@ -70,6 +70,7 @@ def storage_for(settings: Settings) -> Storage:
             conf.secret_access_key.get_secret_value() if conf.secret_access_key else None
         ),
         part_size_bytes=conf.part_size_bytes,
+        fsync=conf.fsync,
     )
 
 

@@ -32,7 +32,9 @@ class StorageSettings(_Section):
     one multipart part, the most held in memory per upload. ``delivery`` says who serves
     files to apps: ``"gateway"`` (its ``/assets/`` and ``/v1/files`` URLs, the default) or
     ``"presigned"`` (a redirect to a URL signed for ``presigned_url_ttl_s`` seconds, S3
-    only).
+    only). ``fsync`` (a local directory): each file is on disk before it is recorded, so
+    a prediction reported ``succeeded`` keeps its files through a machine crash; false
+    leaves that to the kernel's write-back (docs/storage.md, "Durability").
     """
 
     endpoint_url: str | None = None
@@ -42,6 +44,7 @@ class StorageSettings(_Section):
     part_size_bytes: int = Field(default=PART_SIZE_BYTES, ge=MIN_PART_BYTES)
     delivery: Literal["gateway", "presigned"] = "gateway"
     presigned_url_ttl_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600)
+    fsync: bool = True
 
 
 class FilesSettings(_Section):

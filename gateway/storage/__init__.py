@@ -48,11 +48,14 @@ def open_storage(
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
     part_size_bytes: int = PART_SIZE_BYTES,
+    fsync: bool = True,
 ) -> Storage:
     """The storage named by ``storage_url`` (no I/O until first use).
 
-    ``file:///abs/dir`` or ``file://./rel/dir`` is a local directory; ``s3://bucket/prefix``
-    is a bucket, reached with the other arguments (None: botocore's AWS defaults).
+    ``file:///abs/dir`` or ``file://./rel/dir`` is a local directory, fsyncing each file
+    before it is recorded unless ``fsync`` is False (docs/storage.md, "Durability");
+    ``s3://bucket/prefix`` is a bucket, reached with the other arguments (None:
+    botocore's AWS defaults).
 
     Raises
     ------
@@ -62,7 +65,7 @@ def open_storage(
     parts = urlsplit(storage_url)
     if parts.scheme == "file":
         raw = parts.netloc + parts.path if parts.netloc else parts.path
-        return LocalStorage(Path(raw).expanduser().resolve())
+        return LocalStorage(Path(raw).expanduser().resolve(), fsync=fsync)
     if parts.scheme == "s3":
         from gateway.storage.s3 import S3Storage  # botocore loads only when S3 is used
 
