@@ -9,7 +9,11 @@ In alternating rounds it measures the seconds from creating the prediction to
 run directly on the reference server, and the gateway's peak resident memory growth
 (VmHWM). Both include the model writing the file (the same work on both sides).
 
-    .venv/bin/python bench/cog_upload.py [--mib 1024] [--rounds 2]
+The gateway runs with the default ``[storage] fsync = true`` (each upload on disk before
+it is recorded, docs/storage.md "Durability"); the bare receiver does not fsync, so
+``--no-fsync`` gives the like-for-like figure.
+
+    .venv/bin/python bench/cog_upload.py [--mib 1024] [--rounds 2] [--no-fsync]
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def direct(cog: CogServer, http: httpx.Client, mib: int) -> float:
 
 
 def main() -> None:
-    args = size_args(__doc__)
+    args = size_args(__doc__, no_fsync=True)
     with tempfile.TemporaryDirectory(prefix="perf-io-bench-") as tmp:
         work = Path(tmp)
         (work / "sink").mkdir()
@@ -91,6 +95,7 @@ def main() -> None:
             config["providers"] = {"cog": {"kind": "cog", "base_url": ours.url,
                                            "upload_token": UPLOAD_TOKEN}}
             config["routes"] = [{"model": "bench/bigfile", "provider": "cog"}]
+            config["storage"] = {"fsync": not args.no_fsync}
             gateway = GatewayProcess(config, work).start()
             try:
                 with httpx.Client(headers=AUTH, timeout=600) as http:
@@ -111,8 +116,10 @@ def main() -> None:
                 sink.terminate()
                 sink.wait()
     print("== summary")
-    print(f"output {args.mib} MiB from Cog (--upload-url): speed vs a bare receiver median "
-          f"{load.median(ratios):.2f}, peak RSS growth median {load.median(growths):.0f} MiB")
+    fsync = "off" if args.no_fsync else "on (the bare receiver does not fsync)"
+    print(f"output {args.mib} MiB from Cog (--upload-url), fsync {fsync}: speed vs a bare "
+          f"receiver median {load.median(ratios):.2f}, peak RSS growth median "
+          f"{load.median(growths):.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -134,15 +134,20 @@ def small_files(root: Path, kib_each: int, count: int) -> dict[bool, list[float]
     return seconds
 
 
-def size_args(doc: str | None, small: bool = False) -> argparse.Namespace:
+def size_args(doc: str | None, small: bool = False, no_fsync: bool = False
+              ) -> argparse.Namespace:
     """``--mib`` (1024) and ``--rounds`` (2), with ``small``: ``--small`` (40) and
-    ``--small-kib`` (64); prints the header (command, machine, load)."""
+    ``--small-kib`` (64), with ``no_fsync``: ``--no-fsync``; prints the header (command,
+    machine, load)."""
     parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
     if small:
         parser.add_argument("--small", type=int, default=40)
         parser.add_argument("--small-kib", type=int, default=64)
+    if no_fsync:
+        parser.add_argument("--no-fsync", action="store_true",
+                            help="the gateway with [storage] fsync = false")
     args = parser.parse_args()
     load.print_header()
     return args
