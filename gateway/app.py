@@ -53,7 +53,7 @@ from gateway.poller import Poller
 from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter, credential
 from gateway.ratelimit import Limiter
-from gateway.reaper import Reaper
+from gateway.reaper import Reaper, next_work
 from gateway.routing import Router
 from gateway.store import checkpoint, db, secrets
 from gateway.store.deadletters import DeadLetterRows
@@ -338,12 +338,12 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
         LoopName.POLLER: due.fetch,
         LoopName.EVENTS: due.events,
         LoopName.DELIVERY: due.delivery,
-        LoopName.REAPER: functools.partial(
+        LoopName.REAPER: next_work(functools.partial(
             due.reap,
             grace_s=gw.cancel_grace_s,
             resend_s=gw.cancel_resend_s,
             lifetime_s=gw.max_job_lifetime_s,
-        ),
+        ), app[keys.ROUTES].shadow_gate()),
     }
     for loop in loops:
         loop.max_idle_s = max(gw.loop_max_idle_s, gw.loop_interval_s)

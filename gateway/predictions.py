@@ -233,14 +233,16 @@ class PredictionService:
             priority=routed.route.priority,
             arm=routed.arm,
         )
+        shadow = shadowgate.shadow_job(routed, new)
         try:
-            job, created = await self._creates.create(new, shadowgate.shadow_job(routed, new))
+            job, created = await self._creates.create(new, shadow)
         except Conflict:
             raise _reused_key(options) from None
-        if created:
+        if created:  # the reaper ends them then, if still active (or still waiting)
             self._notifier.wake(LoopName.DISPATCHER)
-            if deadline is not None:  # the reaper ends it then, if still active
-                self._notifier.due(LoopName.REAPER, deadline)
+            for at in (deadline, shadowgate.drop_at(routed, shadow) if shadow else None):
+                if at is not None:
+                    self._notifier.due(LoopName.REAPER, at)
         return job, created
 
     async def wait(self, job: Job, wait_s: float) -> Job:

@@ -18,6 +18,9 @@ Each round:
 4. shadows still waiting for their provider (at capacity) longer than their route's
    ``shadow_budget.max_wait_s`` are dropped (``canceled``, never compared: docs/shadow.md).
 
+An idle reaper sleeps until the first of these falls due (:func:`next_work`), and a create
+with a deadline or a shadow tells it when that one does.
+
 Every job is one item (:func:`gateway.boundary.each`): one that fails waits for the next
 round and never stops the others' cancels and deadlines.
 """
@@ -33,18 +36,32 @@ from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.http.wire import timestamp
-from gateway.loop import Loop
+from gateway.loop import Loop, NextDue
 from gateway.notify import LoopName, Notifier
 from gateway.poller import provider_ref
 from gateway.providers import Provider
 from gateway.shadowgate import WAITED, ShadowGate
 from gateway.store.jobs import JobStore
 
-__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper", "next_work"]
 
 log = logging.getLogger(__name__)
 ASKS_BEFORE_GIVING_UP = 3
 """Failed asks of the provider before the gateway ends an overdue job on its own."""
+
+
+def next_work(reap: NextDue, shadow_gate: ShadowGate | None) -> NextDue:
+    """The reaper's next-work time: the store's (``reap``: deadlines, lifetimes, cancel
+    graces and resends; gateway/store/due.py) or the first shadow drop, whichever comes
+    first. Without the shadows' it slept past them by up to ``loop_max_idle_s``."""
+    if shadow_gate is None:
+        return reap
+
+    async def earliest(now: datetime) -> datetime | None:
+        times = (await reap(now), await shadow_gate.next_drop_at(now))
+        return min((t for t in times if t is not None), default=None)
+
+    return earliest
 
 
 class Reaper(Loop):

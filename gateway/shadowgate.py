@@ -7,7 +7,9 @@ most ``shadow_budget.max_concurrent`` of a route's shadows running at once, and 
 one, each counting those admitted before it. Gateway processes share the counts through
 the store, so several processes may briefly overshoot by the shadows they admit in the
 same instant. A shadow that a provider at capacity keeps waiting longer than
-``max_wait_s`` is dropped by the reaper (:meth:`ShadowGate.waited_too_long`).
+``max_wait_s`` is dropped by the reaper (:meth:`ShadowGate.waited_too_long`) when that
+wait runs out: the reaper sleeps until then (:meth:`ShadowGate.next_drop_at`), and a
+create tells it of a new shadow's (:func:`drop_at`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gateway.routing import Routed, Router
 from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["DROPPED", "SHADOW_PRIORITY", "WAITED", "ShadowGate", "shadow_job"]
+__all__ = ["DROPPED", "SHADOW_PRIORITY", "WAITED", "ShadowGate", "drop_at", "shadow_job"]
 
 log = logging.getLogger(__name__)
 DROPPED = "shadow dropped: the route's shadow budget is spent"
@@ -85,6 +87,19 @@ class ShadowGate:
                                               "waited_s": (now - job.created_at).total_seconds()})
         return late
 
+    async def next_drop_at(self, now: datetime) -> datetime | None:
+        """When the first shadow waiting at the gateway reaches its route's ``max_wait_s``
+        (``now`` for a route no longer configured); None when none waits."""
+        del now  # every candidate is a stored time
+        times = []
+        for route, oldest in (await self._shadows.oldest_waiting()).items():
+            try:
+                wait_s = self._router.spec(route).shadow_budget.max_wait_s
+            except NotFound:
+                wait_s = 0.0
+            times.append(oldest + timedelta(seconds=wait_s))
+        return min(times, default=None)
+
     async def _fits(self, job: Job, admitted: int) -> bool:
         try:
             budget = self._router.spec(job.route).shadow_budget
@@ -105,6 +120,13 @@ class ShadowGate:
                        "last_hour": last_hour},
             )
         return fits
+
+
+def drop_at(routed: Routed, shadow: NewJob) -> datetime:
+    """When ``shadow``, still waiting at the gateway, is dropped: its route's
+    ``shadow_budget.max_wait_s`` after its creation."""
+    assert routed.spec is not None and shadow.created_at is not None  # as shadow_job makes it
+    return shadow.created_at + timedelta(seconds=routed.spec.shadow_budget.max_wait_s)
 
 
 def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:

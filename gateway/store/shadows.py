@@ -69,6 +69,19 @@ class StoredComparison:
     comparison: dict[str, Any]
 
 
+def _unsubmitted_shadow() -> list[Any]:
+    return [
+        jobs.c.arm.in_(HIDDEN_ARMS),
+        jobs.c.state.in_([JobState.CREATING.value, JobState.QUEUED.value]),
+        jobs.c.submitted_at.is_(None),
+    ]
+
+
+def _known_unsent() -> Any:
+    """Not a submit that may have reached the provider (``MAYBE_SUBMITTED``)."""
+    return sa.or_(jobs.c.raw_status.is_(None), jobs.c.raw_status.not_in(MAYBE_SUBMITTED))
+
+
 def _job(row: Any) -> Job:
     return Job.model_validate(dict(row._mapping))
 
@@ -97,22 +110,28 @@ class ShadowStore:
         """Shadows created at or before ``created_before`` still waiting at the gateway,
         oldest first: never submitted, not leased for a submit, and not a submit that may
         have reached the provider (:data:`gateway.store.dispatching.MAYBE_SUBMITTED`)."""
-        now = self._clock.now()
         query = (
             sa.select(jobs)
-            .where(
-                jobs.c.arm.in_(HIDDEN_ARMS),
-                jobs.c.state.in_([JobState.CREATING.value, JobState.QUEUED.value]),
-                jobs.c.submitted_at.is_(None),
-                jobs.c.created_at <= created_before,
-                sa.or_(jobs.c.raw_status.is_(None), jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
-                lease.unleased(jobs, now),
-            )
+            .where(*_unsubmitted_shadow(), _known_unsent(), lease.unleased(jobs, self._clock.now()),
+                   jobs.c.created_at <= created_before)
             .order_by(jobs.c.created_at)
             .limit(limit)
         )
         async with self._engine.connect() as conn:
             return [_job(r) for r in (await conn.execute(query)).all()]
+
+    async def oldest_waiting(self) -> dict[str, datetime]:
+        """Route -> creation time of its oldest shadow still waiting at the gateway, as
+        :meth:`waiting` counts them, or being submitted right now (a busy answer leaves
+        it waiting), so the reaper can wake when its wait runs out."""
+        now = self._clock.now()
+        query = (
+            sa.select(jobs.c.route, sa.func.min(jobs.c.created_at))
+            .where(*_unsubmitted_shadow(), sa.or_(_known_unsent(), jobs.c.leased_until > now))
+            .group_by(jobs.c.route)
+        )
+        async with self._engine.connect() as conn:
+            return {route: oldest for route, oldest in (await conn.execute(query)).all()}
 
     async def shadows_of(self, job_id: str) -> list[Job]:
         """The shadow jobs of primary ``job_id``."""

@@ -56,3 +56,35 @@ async def test_a_deadline_wakes_the_idle_reaper(
     assert done["status"] == "canceled"
     assert "passed its deadline" in done["error"]
     assert time.monotonic() - created < 5 + 3  # at the deadline, not at loop_max_idle_s
+
+
+async def test_a_waiting_shadow_is_dropped_when_its_max_wait_runs_out(
+    make_settings: Callable[..., Settings], aiohttp_client: Callable[..., Any],
+) -> None:
+    from gateway.shadowgate import WAITED
+    from tests.integration.test_shadow_runs import _sections
+
+    max_wait_s = 1.0
+    sections = _sections(shadow_budget={"max_concurrent": 5, "max_per_hour": 100,
+                                        "max_wait_s": max_wait_s})
+    app, client = await _running_app(
+        make_settings(gateway={"loop_max_idle_s": MAX_IDLE_S}, **sections), aiohttp_client
+    )
+    candidate = app[keys.PROVIDERS]["fake2"].adapter
+    assert isinstance(candidate, FakeAdapter)
+    candidate.busy_times = 10**6  # at capacity for good: the shadow waits at the gateway
+    response = await client.post("/v1/predictions", headers=HEADERS,
+                                 json={"version": VERSION, "input": {"prompt": "x", "n": 1}})
+    assert response.status == 201, await response.text()
+    created = time.monotonic()
+    store = app[keys.STORE]
+    primary = (await response.json())["id"]
+
+    async def dropped() -> Any:
+        shadows = await app[keys.ROUTES].shadows.shadows_of(primary)
+        return shadows if shadows and shadows[0].state.terminal else None
+
+    (shadow,) = await wait_until(dropped, timeout_s=MAX_IDLE_S / 2, interval_s=0.05,
+                                 what="the shadow dropped")
+    assert (await store.get(shadow.id)).error == WAITED
+    assert time.monotonic() - created < max_wait_s + 3  # not at loop_max_idle_s
