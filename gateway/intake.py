@@ -6,7 +6,7 @@ token must match the job's unguessable callback token (constant-time), and the a
 must verify the request (a signature, or Cog's bearer token). The raw, verified body is
 then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it cannot be
 stored, the answer is 503 so the provider retries (docs/cog.md §1.9). The
-:class:`EventProcessor` applies stored events in arrival order: terminal snapshots go to
+:class:`EventProcessor` applies stored events in order per job: terminal snapshots go to
 the finalizer, others update the job's progress. Events survive a restart unprocessed
 and are applied when the gateway returns.
 """
@@ -114,12 +114,15 @@ class Intake:
 class EventProcessor(Loop):
     """Applies stored provider events, oldest first, one job's events in order.
 
-    Each job's events are one item of the round (:func:`gateway.boundary.each`). An event
-    that applied is marked processed, by the lease holder only. One that raised a
-    retryable error (:class:`gateway.boundary.Verdict`) is released with a backoff, and
-    the job's later events wait with it; after ``max_attempts`` tries (counted in this
-    process), or at once for a permanent error, it is marked processed with its error
-    logged: it never blocks the job's other events (docs/lifecycle.md, "Errors").
+    Each job's events are one item of the round (:func:`gateway.boundary.each`), applied
+    while their leases are renewed (:meth:`ProviderEvents.holding`). An event that
+    applied is marked processed, by the lease holder only. One that raised a retryable
+    error (:class:`gateway.boundary.Verdict`) is released with a backoff, and the job's
+    later events wait with it, those of this round and those that arrive or are claimed
+    later (docs/lifecycle.md, "Order of a job's provider events"); after
+    ``max_attempts`` tries (counted in this process), or at once for a permanent error,
+    it is marked processed with its error logged: it never blocks the job's other events
+    for longer (docs/lifecycle.md, "Errors").
     """
 
     name = LoopName.EVENTS
@@ -152,10 +155,13 @@ class EventProcessor(Loop):
 
     async def run_once(self) -> int:
         events = await self._events.claim(self._batch)
+        if not events:
+            return 0
         by_job: defaultdict[str, list[ProviderEvent]] = defaultdict(list)
-        for event in events:
+        for event in sorted(events, key=lambda e: e.id):  # a job's in the order stored
             by_job[event.job_id].append(event)
-        await boundary.each(by_job.values(), self._apply_all, self._unsettled)
+        async with self._events.holding(events):  # leases renewed while the round lasts
+            await boundary.each(by_job.values(), self._apply_all, self._unsettled)
         return len(events)
 
     async def _apply_all(self, events: list[ProviderEvent]) -> None:

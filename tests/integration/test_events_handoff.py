@@ -2,22 +2,31 @@
 (gateway/store/events.py): the row is committed leased to the process that received it;
 a process that dies before applying it loses nothing (any process applies it once the
 lease has run out, exactly once), a live process never applies its own copy after
-another took it, and no number of unapplied events grows the memory past MAX_HANDED.
+another took it, an event is applied with a whole lease that lasts as long as its apply,
+a job's later events wait while an earlier one waits for its retry (docs/lifecycle.md,
+"Order of a job's provider events"), and no number of unapplied events grows the memory
+past MAX_HANDED.
 """
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
+from contracts.snapshot import ProviderSnapshot
 from gateway.app import _EVENTS, OWNER
 from gateway.store import events as events_module
+from gateway.store.events import ProviderEvent
 from gateway.store.schema import provider_events
+from gateway.webhooks.retry import Backoff
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
+from tests.support.waiting import wait_until
 
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 
@@ -128,3 +137,120 @@ async def test_events_in_the_store_are_not_starved_by_a_steady_stream_of_handed_
     gateway.clock.advance(LEASE_S)  # what the rounds left in memory grew old: the store's
     await drain(gateway)
     assert [(await gateway.get(j))["status"] for j in stream] == ["succeeded"] * len(stream)
+
+
+def record_applies(gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ids of the events the gateway's processor applies (or tries to), in order."""
+    processor = events_loop(gateway)
+    apply, applied = processor._apply, []
+
+    async def recorded(event: ProviderEvent) -> None:
+        applied.append(event.id)
+        await apply(event)
+
+    monkeypatch.setattr(processor, "_apply", recorded)
+    return applied
+
+
+async def test_an_event_taken_from_memory_is_applied_with_a_whole_lease(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway, _ = await received(make_gateway)
+    gateway.clock.advance(LEASE_S * 0.4)  # the processor was busy: 60 % of the lease left
+    processor, leases = events_loop(gateway), []
+    apply = processor._apply
+
+    async def observed(event: ProviderEvent) -> None:
+        (row,) = await event_rows(gateway)
+        leases.append(row.leased_until)
+        await apply(event)
+
+    monkeypatch.setattr(processor, "_apply", observed)
+    taken_at = gateway.clock.now()
+    assert await drain(gateway) == 1
+    (lease_end,) = leases
+    assert lease_end >= taken_at + timedelta(seconds=LEASE_S)  # renewed when taken
+
+
+async def test_an_apply_longer_than_a_lease_keeps_it_and_no_other_process_repeats_it(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, job_id = await received(make_gateway)
+    second = await make_gateway()
+    processor = events_loop(first)
+    apply, started, release = processor._apply, asyncio.Event(), asyncio.Event()
+
+    async def long_apply(event: ProviderEvent) -> None:  # a large output download
+        started.set()
+        await release.wait()
+        await apply(event)
+
+    monkeypatch.setattr(processor, "_apply", long_apply)
+    round_ = asyncio.create_task(processor.run_once())
+    await wait_until(started.is_set, what="the apply began")
+    for gateway in (first, second):  # the apply outlasts the lease it started with
+        gateway.clock.advance(LEASE_S + 1)
+
+    async def renewed() -> bool:
+        (row,) = await event_rows(first)
+        return row.leased_until > first.clock.now()
+
+    await wait_until(renewed, what="the lease renewed while the apply runs")
+    assert await drain(second) == 0  # the other process cannot take it meanwhile
+    release.set()
+    assert await round_ == 1
+    (row,) = await event_rows(first)
+    assert row.processed_at is not None and row.lease_owner is None
+    assert (await first.get(job_id))["status"] == "succeeded"
+
+
+def fail_first_parse(gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider adapter crashes once (a retryable error): that event waits 30 s."""
+    monkeypatch.setattr(events_loop(gateway), "_backoff", Backoff(30.0, 30.0, jitter=False))
+    parse, crashes = gateway.fake.parse_webhook, [RuntimeError("adapter bug")]
+
+    def flaky(body: bytes) -> ProviderSnapshot:
+        if crashes:
+            raise crashes.pop()
+        return parse(body)
+
+    monkeypatch.setattr(gateway.fake, "parse_webhook", flaky)
+
+
+async def test_a_later_event_of_a_job_waits_while_an_earlier_one_waits_for_its_retry(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway = await make_gateway()
+    job_id = await queued_job(gateway)
+    applied = record_applies(gateway, monkeypatch)
+    fail_first_parse(gateway, monkeypatch)
+    assert await gateway.deliver(job_id, JobState.RUNNING, logs="step 1\n") == 200
+    assert await events_loop(gateway).run_once() == 1  # tried, put back for a retry
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    await drain(gateway)  # the completion is newer: it waits for the retry
+    first, later = (r.id for r in await event_rows(gateway))
+    assert applied == [first]
+    assert (await gateway.get(job_id))["status"] != "succeeded"
+    gateway.clock.advance(60)  # past the retry's backoff
+    assert await drain(gateway) == 2
+    assert applied == [first, first, later]
+    assert (await gateway.get(job_id))["status"] == "succeeded"
+
+
+async def test_a_later_event_received_by_another_process_waits_for_the_earlier_ones_retry(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await make_gateway()
+    job_id = await queued_job(first)
+    fail_first_parse(first, monkeypatch)
+    assert await first.deliver(job_id, JobState.RUNNING, logs="step 1\n") == 200
+    assert await events_loop(first).run_once() == 1  # put back for a retry
+    second = await make_gateway()
+    applied = record_applies(second, monkeypatch)
+    assert await second.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    assert await drain(second) == 0  # neither from memory nor from the store
+    assert (await second.get(job_id))["status"] != "succeeded"
+    second.clock.advance(60)
+    assert await drain(second) == 2
+    assert applied == [r.id for r in await event_rows(second)]  # in the order stored
+    assert (await second.get(job_id))["status"] == "succeeded"
