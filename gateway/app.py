@@ -391,5 +391,8 @@ def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
             await app[_EVENTS].release_handed()  # to the next process now, not after a lease
+            for loop in app[LOOPS]:  # and the rows handed over as the deliverer stopped
+                if isinstance(loop, delivery.Delivery):
+                    await loop.release_unsent()
 
     return loops

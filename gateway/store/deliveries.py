@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.replicate import WebhookEvent
@@ -64,6 +65,12 @@ class OutboxRow:
 _DUE_SQL = (
     "SELECT 1 FROM outbox WHERE status = 'pending' AND next_attempt_at <= ?"
     " AND (leased_until IS NULL OR leased_until < ?) LIMIT 1"
+)
+# A row a claim would take now: _DUE_SQL's, and no earlier row of its job is pending.
+_WAITING_SQL = (
+    "SELECT 1 FROM outbox AS o WHERE o.status = 'pending' AND o.next_attempt_at <= ?"
+    " AND (o.leased_until IS NULL OR o.leased_until < ?) AND NOT EXISTS (SELECT 1 FROM"
+    " outbox AS e WHERE e.job_id = o.job_id AND e.id < o.id AND e.status = 'pending') LIMIT 1"
 )
 
 Pick = Callable[[list[Candidate], int], list[int]]
@@ -111,6 +118,33 @@ class DeliveryQueue(lease.Leasing):
                 last_attempt_at=now,
             )
         return sorted((_outbox_row(r) for r in rows), key=lambda r: r.id), len(settled)
+
+    async def waiting(self, now: datetime) -> bool:
+        """Whether a claim would take a row at ``now``: pending, due, unleased, and no
+        earlier row of its prediction pending (it may be one a claim settles unsent)."""
+        found = self._reads.exists(_WAITING_SQL, (now, now))
+        if found is not None:
+            return found
+        async with self._engine.connect() as conn:
+            return (await conn.execute(_WAITING, {"now": now})).first() is not None
+
+    async def give_back(self, ids: list[int]) -> int:
+        """Give back rows leased to this process whose first attempt, counted when they
+        were written (:mod:`gateway.store.handoff`), was never made: unleased, their
+        attempt uncounted, due as they were. Only rows this process still holds. Returns
+        how many; 0 when the store fails (their leases run out instead)."""
+        try:
+            async with self._engine.begin() as conn:
+                done = await conn.execute(
+                    self._held(ids).values(
+                        lease_owner=None, leased_until=None, attempts=table.c.attempts - 1,
+                        last_attempt_at=None,
+                    )
+                )
+        except SQLAlchemyError:
+            log.warning("webhook_rows_not_given_back", extra={"rows": len(ids)})
+            return 0
+        return int(done.rowcount)
 
     async def record(
         self,
@@ -242,17 +276,27 @@ async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]
     return settled
 
 
-def _due() -> sa.Select[Any]:
-    """Due, unleased, pending rows with no earlier pending row of their job, oldest first
-    (bound: ``now``, ``limit``; built once)."""
-    now: sa.BindParameter[datetime] = sa.bindparam("now", type_=table.c.next_attempt_at.type)
+def _claimable(now: sa.BindParameter[datetime]) -> list[sa.ColumnElement[bool]]:
+    """Due, unleased, pending, and no earlier pending row of its job."""
     earlier = table.alias("earlier")
-    done = table.alias("done")
     blocked = sa.exists().where(
         earlier.c.job_id == table.c.job_id,
         earlier.c.id < table.c.id,
         earlier.c.status == DeliveryStatus.PENDING,
     )
+    return [
+        table.c.status == DeliveryStatus.PENDING,
+        table.c.next_attempt_at <= now,
+        lease.unleased(table, now),
+        ~blocked,
+    ]
+
+
+def _due() -> sa.Select[Any]:
+    """Claimable rows (:func:`_claimable`), oldest due first (bound: ``now``, ``limit``;
+    built once)."""
+    now: sa.BindParameter[datetime] = sa.bindparam("now", type_=table.c.next_attempt_at.type)
+    done = table.alias("done")
     completed_sent = sa.exists().where(
         done.c.job_id == table.c.job_id,
         done.c.event == WebhookEvent.COMPLETED,
@@ -269,12 +313,7 @@ def _due() -> sa.Select[Any]:
             disabled.scalar_subquery().label("disabled_reason"),
             completed_sent.label("completed_sent"),
         )
-        .where(
-            table.c.status == DeliveryStatus.PENDING,
-            table.c.next_attempt_at <= now,
-            lease.unleased(table, now),
-            ~blocked,
-        )
+        .where(*_claimable(now))
         .order_by(table.c.next_attempt_at, table.c.id)
         .limit(sa.bindparam("limit", type_=sa.Integer))
         .with_for_update(skip_locked=True, of=table)
@@ -282,6 +321,11 @@ def _due() -> sa.Select[Any]:
 
 
 _DUE = _due()
+_WAITING = (
+    sa.select(table.c.id)
+    .where(*_claimable(sa.bindparam("now", type_=table.c.next_attempt_at.type)))
+    .limit(1)
+)
 
 
 async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:

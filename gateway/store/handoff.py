@@ -7,7 +7,9 @@ it to this process with its first attempt counted, exactly as a claim
 (:meth:`gateway.store.deliveries.DeliveryQueue.claim`) would, and once that transaction
 has committed the row goes to the deliverer in memory (docs/webhooks.md, "Several
 replicas, restarts"). The durable row is written first: a process that dies before
-sending it leaves a leased row, which any process sends once the lease has run out.
+sending it leaves a leased row, which any process sends once the lease has run out; one
+that stops gracefully gives back a row committed after its deliverer stopped
+(:meth:`gateway.webhooks.delivery.Delivery.release_unsent`).
 
 A row is handed over only when a claim would take it now: no other ``pending`` row of its
 prediction remains (deliveries to one prediction are sequential), its URL was not

@@ -34,7 +34,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from yarl import URL
@@ -54,6 +54,8 @@ __all__ = ["Delivery", "open_session"]
 log = logging.getLogger(__name__)
 
 USER_AGENT = "cutover"
+STORE_EVERY_S = 1.0  # while no claim is made, the store is asked this often what waits there
+STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
 
 
 @contextlib.asynccontextmanager
@@ -139,6 +141,8 @@ class Delivery(Loop):
         self._reserved = 0  # slots taken for rows being written (gateway/store/handoff.py)
         self._backlog = False  # rows wait in the store: none handed over before they go
         self._retry_due: datetime | None = None  # the earliest retry this process scheduled
+        self._store_due = datetime.min.replace(tzinfo=UTC)  # when the store is next asked
+        self._unsent: list[OutboxRow] = []  # handed over once run() had ended
         self._running = False
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
 
@@ -177,11 +181,14 @@ class Delivery(Loop):
 
     async def _start_some(self, in_flight: set[asyncio.Task[None]]) -> int:
         free = self._max_concurrency - len(in_flight) - self._reserved
-        # A claim per freed slot would be a transaction per delivery: while attempts are
-        # in flight, claim once a quarter of the slots are free (docs/benchmarks.md).
-        if free <= 0 or (in_flight and free < self._min_claim):
-            return 0
+        now = self._clock.now()
         try:
+            # A claim per freed slot would be a transaction per delivery: while attempts
+            # are in flight, claim once a quarter of the slots are free (docs/benchmarks.md).
+            if free <= 0 or (in_flight and free < self._min_claim):
+                await self._look_at_store(now)
+                return 0
+            self._store_due = now + STORE_EVERY
             rows, settled = await self.claim(free)
         except asyncio.CancelledError:
             raise
@@ -193,6 +200,18 @@ class Delivery(Loop):
         for row in rows:
             self._start(self._hold(row))
         return len(rows) + settled
+
+    async def _look_at_store(self, now: datetime) -> None:
+        """While no claim is made (the slots stay taken, each freed one by a row handed
+        over), ask the store at most every :data:`STORE_EVERY_S` seconds whether a claim
+        would take a row now: another process's retry, a dead process's row once its lease
+        ended, a row that waited for an earlier one of its prediction. If one does, no row
+        is handed over until a claim has taken what waits (:meth:`reserve`)."""
+        if self._backlog or now < self._store_due:
+            return
+        self._store_due = now + STORE_EVERY
+        if await self._queue.waiting(now):
+            self._backlog = True
 
     def _start(self, row: OutboxRow) -> None:
         task = asyncio.create_task(self._attempt_guarded(row))
@@ -224,15 +243,27 @@ class Delivery(Loop):
         self._release_host(_host(url))
 
     def hand(self, rows: list[OutboxRow]) -> None:
-        """Attempt rows written leased to this process, each on a slot it reserved (once
-        stopped, none: their leases run out and the store gives them to a claim)."""
+        """Attempt rows written leased to this process, each on a slot it reserved. Once
+        :meth:`run` has ended (the transaction committed as the process stopped), none:
+        they wait for :meth:`release_unsent`."""
         for row in rows:
             self._reserved -= 1
             if not self._running:
                 self._release_host(_host(row.url))
+                self._unsent.append(row)
                 continue
             self._posting.add(row.id)
             self._start(row)
+
+    async def release_unsent(self) -> int:
+        """At a stop, once no loop writes any more: give back the rows handed over after
+        :meth:`run` had ended, unattempted, so the next process sends them at once rather
+        than once their lease (``lease_s`` + ``timeout_s``) has run out. Returns how many
+        were given back; 0 when the store fails (their leases run out instead)."""
+        rows, self._unsent = self._unsent, []
+        if not rows:
+            return 0
+        return await self._queue.give_back([row.id for row in rows])
 
     async def _idle(self, in_flight: set[asyncio.Task[None]]) -> None:
         wait_s = self._interval_s if in_flight else await self._idle_or_interval()

@@ -243,3 +243,50 @@ async def test_a_due_retry_is_not_starved_by_rows_handed_over(
         gateway.clock.advance(2)  # the retry is due, every slot busy
         await load.rounds(job_ids[:8], job_ids[8:])
         await load.sent_before("/retried", "/h10", times=2)
+
+
+async def test_a_due_retry_of_another_process_is_not_starved_by_rows_handed_over(
+    make_gateway: Any, receiver: Receiver
+) -> None:
+    """As above, but the retry was scheduled by another process: this one learns of it only
+    from the store (Delivery.STORE_EVERY_S), not from an outcome it recorded itself."""
+    gateway = await make_gateway(webhooks={"max_concurrency": 8, "max_per_host": 16})
+    load = SteadyLoad(gateway, receiver)
+    other = await start_job(gateway, receiver.url("/other"), ["completed"])
+    job_ids = [await start_job(gateway, receiver.url(f"/h{n}"), ["completed"]) for n in range(11)]
+    await complete(gateway, other)  # the deliverer is not running: the row waits unleased
+    engine = gateway.store.engine
+    failed_once = {"attempts": 1, "next_attempt_at": gateway.clock.now() + timedelta(seconds=1)}
+    async with engine.begin() as conn:  # another process tried it; 503, again in 1 s
+        await conn.execute(outbox.update().where(outbox.c.job_id == other).values(**failed_once))
+    async with running(delivery_loop(gateway)):
+        for job_id in job_ids[:8]:
+            await complete(gateway, job_id)
+        await receiver.wait_for(8)
+        gateway.clock.advance(2)  # the other process's retry is due, every slot busy
+        await load.rounds(job_ids[:8], job_ids[8:])
+        await load.sent_before("/other", "/h10")
+
+
+async def test_a_row_handed_over_as_the_deliverer_stops_goes_to_the_next_process_at_once(
+    make_gateway: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await make_gateway()
+    job_id = await start_job(first, receiver.url(), ["completed"])
+    loop, committed = delivery_loop(first), []
+    monkeypatch.setattr(loop, "hand", committed.append)  # its transaction is slow to commit
+    async with running(loop):
+        await complete(first, job_id)  # the row is written leased to this process...
+    monkeypatch.undo()
+    (rows,) = committed
+    loop.hand(rows)  # ...and the commit returns once the deliverer has stopped
+    (row,) = await outbox_rows(first.store.engine, job_id)
+    assert (row.status, row.lease_owner, row.attempts) == ("pending", first.app[OWNER], 1)
+    await first.client.close()  # the rest of a graceful stop (a deploy)
+    (row,) = await outbox_rows(first.store.engine, job_id)
+    assert (row.lease_owner, row.leased_until, row.attempts) == (None, None, 0)
+    second = await make_gateway()  # the process that replaces it: no wait for a lease
+    await second.settle()
+    (got,) = await receiver.wait_for(1)
+    (row,) = await outbox_rows(second.store.engine, job_id)
+    assert got.webhook_id == row.msg_id and (row.status, row.attempts) == ("delivered", 1)
