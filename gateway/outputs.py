@@ -257,7 +257,7 @@ class OutputCopier:
         try:
             got = await download(
                 ref, path, max_bytes=self._max, timeout_s=self._download_timeout_s,
-                accept=self.accept,
+                accept=self.accept, write_back=self._storage.fsync,
             )
         except BaseException as exc:
             await asyncio.to_thread(path.unlink, missing_ok=True)

@@ -130,7 +130,7 @@ class Uploads:
         chunks: AsyncIterable[bytes],
     ) -> tuple[str, AssetRecord]:
         path = self._storage.temp_path()
-        spool = Spool(path, limit)
+        spool = Spool(path, limit, write_back=self._storage.fsync)
         try:
             try:
                 async for chunk in chunks:

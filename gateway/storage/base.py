@@ -101,7 +101,14 @@ def check_key(key: str) -> list[str]:
 
 
 class Storage(Protocol):
-    """Where owned files (outputs, uploads) live."""
+    """Where owned files (outputs, uploads) live.
+
+    ``fsync``: whether :meth:`put_file` fsyncs the file it stores (a local directory with
+    ``[storage] fsync = true``), so a spool for it should start its write-back early
+    (gateway/download.py).
+    """
+
+    fsync: bool
 
     async def put(self, key: str, data: bytes, content_type: str = "") -> None:
         """Store ``data`` under ``key`` (overwriting identical content is harmless)."""

@@ -55,6 +55,8 @@ class S3Storage:
         Size of one multipart part, the most held in memory per upload (>= 5 MiB).
     """
 
+    fsync = False  # an object is stored once its upload completes; its spool is removed
+
     def __init__(
         self,
         *,

@@ -1,8 +1,9 @@
 """``[storage] fsync`` (docs/storage.md, "Durability"): with it on (the default) a local
 directory fsyncs each stored file's data before renaming it into place and its
-directories after, before the store call returns (so before the output is recorded);
-with it off nothing is fsynced. Observed by wrapping ``os.fsync`` and ``os.replace``
-(the calls the kernel sees), recording the inode and path each acted on, in order."""
+directories after, before the store call returns (so before the output is recorded),
+and a spooled download or upload starts each block's write-back as it goes; with it off
+nothing is fsynced or advised. Observed by wrapping ``os.fsync``, ``os.replace`` and
+``os.posix_fadvise`` (the calls the kernel sees), recording what each acted on, in order."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
+from gateway.download import BLOCK_BYTES, Spool
 from gateway.http import keys
-from gateway.storage import LocalStorage
+from gateway.storage import INCOMING, LocalStorage
 from gateway.store.schema import assets
 from tests.support.gateway import VERSION, GatewayHarness
 
 DATA = bytes(range(256)) * 1024  # 256 KiB
+BIG = bytes(range(256)) * (4096 * 9 + 3)  # 9 MiB and 768 bytes: three blocks, the last short
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,22 @@ class Replaced:
     inode: int
 
 
-class Calls(list[Synced | Replaced]):
+@dataclass(frozen=True)
+class Advised:
+    """One ``os.posix_fadvise``: the file, the range and the advice."""
+
+    path: Path
+    offset: int
+    length: int
+    advice: int
+
+
+class Calls(list[Synced | Replaced | Advised]):
     def synced_paths(self) -> list[Path]:
         return [call.path for call in self if isinstance(call, Synced)]
+
+    def advised(self) -> list[Advised]:
+        return [call for call in self if isinstance(call, Advised)]
 
 
 @pytest.fixture
@@ -60,9 +76,28 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
         seen.append(Replaced(Path(dst), os.stat(src).st_ino))
         replace(src, dst)
 
+    def spy_fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        seen.append(Advised(Path(os.readlink(f"/proc/self/fd/{fd}")), offset, length, advice))
+        fadvise(fd, offset, length, advice)
+
+    fadvise = os.posix_fadvise
     monkeypatch.setattr(os, "fsync", spy_fsync)
     monkeypatch.setattr(os, "replace", spy_replace)
+    monkeypatch.setattr(os, "posix_fadvise", spy_fadvise)
     return seen
+
+
+def assert_written_back_as_it_went(calls: Calls, size: int, directory: Path) -> None:
+    """One spool file in ``directory`` (its descriptor open: the path is read from it),
+    each of its blocks handed to write-back in order, as it was hashed."""
+    advised = calls.advised()
+    assert {a.path.parent for a in advised} == {directory} and len(
+        {a.path for a in advised}
+    ) == 1, advised
+    assert [(a.offset, a.length, a.advice) for a in advised] == [
+        (start, min(BLOCK_BYTES, size - start), os.POSIX_FADV_DONTNEED)
+        for start in range(0, size, BLOCK_BYTES)
+    ]
 
 
 def assert_durable(calls: Calls, root: Path, target: Path) -> None:
@@ -119,10 +154,24 @@ async def test_with_fsync_off_nothing_is_synced(tmp_path: Path, calls: Calls, wa
     assert calls.synced_paths() == []
 
 
+@pytest.mark.parametrize("write_back", [True, False])
+async def test_an_upload_spool_starts_write_back_block_by_block_only_when_asked(
+    tmp_path: Path, calls: Calls, write_back: bool
+) -> None:
+    spool = Spool(tmp_path / "spool", len(BIG), block_bytes=BLOCK_BYTES, write_back=write_back)
+    async for chunk in chunks(BIG):
+        await spool.write(chunk)
+    assert await spool.finish() == hashlib.sha256(BIG).hexdigest()
+    if write_back:
+        assert_written_back_as_it_went(calls, len(BIG), tmp_path)
+    else:
+        assert calls.advised() == []
+
+
 @pytest.fixture
 async def file_server() -> AsyncIterator[str]:
     async def get(request: web.Request) -> web.Response:
-        return web.Response(body=DATA, content_type="video/mp4")
+        return web.Response(body=BIG, content_type="video/mp4")
 
     app = web.Application()
     app.router.add_get("/out.mp4", get)
@@ -155,7 +204,11 @@ async def test_a_downloaded_output_is_synced_by_default(
 ) -> None:
     gateway = await make_gateway(providers=FILE_HOSTS)
     stored = await copied(gateway, file_server)
-    assert_durable(calls, gateway.app[keys.STORAGE].root, stored)
+    root = gateway.app[keys.STORAGE].root
+    assert_durable(calls, root, stored)
+    assert_written_back_as_it_went(calls, len(BIG), root / INCOMING)
+    first_sync = next(i for i, call in enumerate(calls) if isinstance(call, Synced))
+    assert calls.index(calls.advised()[-1]) < first_sync  # while the download ran
 
 
 async def test_storage_fsync_false_in_the_configuration_syncs_nothing(
@@ -163,4 +216,4 @@ async def test_storage_fsync_false_in_the_configuration_syncs_nothing(
 ) -> None:
     gateway = await make_gateway(providers=FILE_HOSTS, storage={"fsync": False})
     await copied(gateway, file_server)
-    assert calls.synced_paths() == []
+    assert calls.synced_paths() == [] and calls.advised() == []
