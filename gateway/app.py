@@ -309,7 +309,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
-            backoff=backoff,
+            backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
         ),
         EventProcessor(**common, events=app[_EVENTS], backoff=backoff),
         Poller(**common),

@@ -13,6 +13,11 @@ the jobs already in flight there, oldest first, and submits them concurrently:
 * ``UpstreamRejected`` -> ``failed`` with the provider's reason; the refused resubmit of
   a job an earlier submit may have reached leaves it "maybe submitted", tried again
   after :data:`REFUSED_RESUBMIT_WAIT_S` (docs/lifecycle.md, "The submit window");
+* the resubmit of such a job that the app canceled (or whose deadline passed) is how
+  the gateway learns the provider's id to cancel it there: refused, the job ends
+  ``canceled`` at once; busy or unreachable, it is tried again every
+  ``cancel_resend_s`` at most, and ends ``canceled`` once ``cancel_grace_s`` has passed
+  since the cancel with :data:`gateway.reaper.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
 * a cancel requested while the submit was in flight -> the provider is told to cancel;
@@ -46,6 +51,7 @@ from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError
 from gateway.providers import Provider
+from gateway.reaper import ASKS_BEFORE_GIVING_UP, why_never_started
 from gateway.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
@@ -86,6 +92,8 @@ class Dispatcher(Loop):
         stager: InputStager | None = None,
         max_attempts: int = boundary.MAX_ATTEMPTS,
         shadow_gate: ShadowGate | None = None,
+        cancel_grace_s: float = 30.0,
+        cancel_resend_s: float = 2.0,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
         self._metrics = metrics
@@ -102,6 +110,11 @@ class Dispatcher(Loop):
         self._rng = rng or random.Random()  # noqa: S311 (jitter, not security)
         self._max_attempts = max_attempts
         self._shadow_gate = shadow_gate
+        self._grace = timedelta(seconds=cancel_grace_s)
+        self._resend_s = cancel_resend_s
+        # Job id -> failed resubmits since its cancel (or deadline), in this process only,
+        # so a restart tries more often, never less (as the reaper's asks).
+        self._stop_asks: dict[str, int] = {}
 
     async def run_once(self) -> int:
         handled = 0
@@ -185,7 +198,34 @@ class Dispatcher(Loop):
             await self._finalizer.finish_here(job, JobState.FAILED, detail)
             return
         log.warning("resubmit_rejected", extra={"job_id": job.id, "error": detail})
+        if self._stopped(job):  # nothing the provider would take, nothing to cancel there
+            self._stop_asks.pop(job.id, None)
+            await self._finalizer.finish_here(job, JobState.CANCELED, why_never_started(job))
+            return
         await self._defer(job, RESUBMITTING, REFUSED_RESUBMIT_WAIT_S)
+
+    def _stopped(self, job: Job) -> bool:
+        """Canceled by the app, or past its deadline."""
+        passed = job.deadline is not None and job.deadline <= self._clock.now()
+        return job.cancel_requested_at is not None or passed
+
+    async def _gave_up(self, job: Job) -> bool:
+        """A resubmit of a canceled (or expired) job that an earlier submit may have
+        reached went unanswered (busy, unreachable, crashed): end it ``canceled`` once
+        the provider had the cancel grace and :data:`ASKS_BEFORE_GIVING_UP` tries to
+        take it (it then tells the provider's id, so the cancel reaches it)."""
+        if job.raw_status != RESUBMITTING or not self._stopped(job):
+            return False
+        failed = self._stop_asks.get(job.id, 0) + 1
+        self._stop_asks[job.id] = failed
+        since = job.cancel_requested_at or job.deadline
+        assert since is not None
+        if failed < ASKS_BEFORE_GIVING_UP or self._clock.now() - since < self._grace:
+            return False
+        del self._stop_asks[job.id]
+        log.warning("resubmit_gave_up", extra={"job_id": job.id, "failed": failed})
+        await self._finalizer.finish_here(job, JobState.CANCELED, why_never_started(job))
+        return True
 
     async def _stage(self, provider: Provider, job: Job) -> dict[str, Any]:
         """The input in the form the provider takes (large files as owned URLs)."""
@@ -214,6 +254,7 @@ class Dispatcher(Loop):
     async def _accepted(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
     ) -> None:
+        self._stop_asks.pop(job.id, None)
         next_check = provider.first_check_at(self._clock.now())
         first = self._finalizer.progress(job, snapshot)
         # The provider acted: record it through a blip in the store rather than submit twice.
@@ -254,11 +295,15 @@ class Dispatcher(Loop):
             log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
 
     async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
+        if await self._gave_up(job):
+            return
         if job.raw_status == RESUBMITTING:  # an earlier submit may have reached it
             why = RESUBMITTING
         delay = self._backoff.delay_s(job.attempts + 1, self._rng)
         if retry_after_s is not None:  # the provider's own wait, up to 300 s
             delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
+        if job.id in self._stop_asks:  # a cancel to deliver: as often as the reaper resends
+            delay = min(delay, self._resend_s)
         await self._store.defer(
             job.id, next_attempt_at=self._clock.now() + timedelta(seconds=delay), raw_status=why
         )

@@ -43,7 +43,7 @@ from gateway.providers import Provider
 from gateway.shadowgate import WAITED, ShadowGate
 from gateway.store.jobs import JobStore
 
-__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper", "next_work"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper", "next_work", "why_never_started"]
 
 log = logging.getLogger(__name__)
 ASKS_BEFORE_GIVING_UP = 3
@@ -134,7 +134,7 @@ class Reaper(Loop):
         )
 
     async def _end_unsubmitted(self, job: Job) -> None:
-        await self._finalizer.finish_here(job, JobState.CANCELED, _why_unsubmitted(job))
+        await self._finalizer.finish_here(job, JobState.CANCELED, why_never_started(job))
 
     async def _send_cancel(self, job: Job) -> None:
         provider = self._providers.get(job.provider)
@@ -211,7 +211,9 @@ class Reaper(Loop):
         return True
 
 
-def _why_unsubmitted(job: Job) -> str | None:
+def why_never_started(job: Job) -> str | None:
+    """The error of a job ended ``canceled`` before a provider took it: none for an app's
+    cancel, else its passed deadline (Replicate's ``aborted``, docs/replicate-api.md §4.3)."""
     if job.cancel_requested_at is not None:
         return None
     return (

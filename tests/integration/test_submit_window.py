@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from contracts.errors import UpstreamRetryable
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, SubmitRequest
 from gateway.app import LOOPS
@@ -247,3 +248,62 @@ async def test_a_resubmit_refused_every_time_is_tried_again_then_ends_at_the_lif
     done = await gateway.wait_for(job_id, "failed")
     assert "did not accept the prediction" in done["error"]
     assert "resubmitting" in done["error"]
+
+
+async def test_a_canceled_job_whose_resubmit_is_refused_ends_canceled_at_once(
+    gateway: GatewayHarness,
+) -> None:
+    # It stayed "starting" for max_job_lifetime_s (30 min) and then ended `failed`
+    # ("did not accept the prediction"), though the app had canceled it: a refusal
+    # leaves nothing at the provider to cancel, and the app asked for `canceled`.
+    job_id = await _resubmit_refused(gateway)
+    cancel = await gateway.client.post(f"/v1/predictions/{job_id}/cancel", headers=gateway.headers)
+    assert cancel.status == 200
+    gateway.clock.advance(timedelta(seconds=REFUSED_RESUBMIT_WAIT_S + 1))
+    await gateway.settle()
+    done = await gateway.get(job_id)
+    assert done["status"] == "canceled" and done["error"] is None
+    assert gateway.fake.cancel_calls == []  # no id to cancel: nothing was taken
+
+
+async def test_a_job_past_its_deadline_whose_resubmit_is_refused_ends_canceled(
+    gateway: GatewayHarness,
+) -> None:
+    job_id = await _resubmit_refused(gateway)
+    passed = gateway.clock.now() - timedelta(seconds=1)
+    async with gateway.store.engine.begin() as conn:
+        await conn.execute(jobs.update().where(jobs.c.id == job_id).values(deadline=passed))
+    gateway.clock.advance(timedelta(seconds=REFUSED_RESUBMIT_WAIT_S + 1))
+    await gateway.settle()
+    done = await gateway.get(job_id)
+    assert done["status"] == "canceled"
+    assert "passed its deadline" in done["error"] and "before it started" in done["error"]
+
+
+async def test_a_canceled_job_whose_provider_cannot_be_reached_ends_after_the_grace(
+    make_gateway: Any, monkeypatch: Any,
+) -> None:
+    # The same, with every resubmit failing in transit: tried again at least every
+    # cancel_resend_s, it ends `canceled` once the provider had the cancel grace and three
+    # tries to take it (and so to be told), not at the maximum lifetime.
+    gateway = await make_gateway(gateway={"cancel_grace_s": 60.0, "cancel_resend_s": 1.0})
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await _crash_after_the_provider_accepted(gateway, job_id)
+    tries: list[str] = []
+
+    async def unreachable(request: SubmitRequest) -> Any:
+        tries.append(request.job_id)
+        raise UpstreamRetryable("fake: connection refused")
+
+    monkeypatch.setattr(gateway.fake, "submit", unreachable)
+    cancel = await gateway.client.post(f"/v1/predictions/{job_id}/cancel", headers=gateway.headers)
+    assert cancel.status == 200
+    await gateway.settle()
+    assert tries and (await gateway.get(job_id))["status"] == "starting"  # within the grace
+    for _ in range(4):  # the clock past the grace, a try (at least) each step
+        gateway.clock.advance(timedelta(seconds=20))
+        await gateway.settle()
+    done = await gateway.get(job_id)
+    assert done["status"] == "canceled" and done["error"] is None
+    assert len(tries) >= 3
