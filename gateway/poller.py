@@ -154,11 +154,7 @@ class Poller(Loop):
             return False
         if snapshot.provider_restarted:
             return True  # its webhooks died with it: nothing can still arrive
-        lost_at = job.lost_at
-        if lost_at is None:
-            lost_at = await self._store.mark_lost(job.id)
-            # It no longer holds one of the provider's slots (store/dispatching.py).
-            self._notifier.wake(LoopName.DISPATCHER)
+        lost_at = job.lost_at or await self._store.mark_lost(job.id)
         until = lost_at + timedelta(seconds=provider.adapter.capabilities.lost_grace_s)
         now = self._clock.now()
         if now >= until:
