@@ -99,7 +99,7 @@ class CogAdapter:
         self.capabilities = Capabilities(
             webhooks=True, fetch=True, cancel=True,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
-            lost_grace_s=lost_grace_s,
+            lost_grace_s=lost_grace_s, lost_is_idle=True,
         )
         self._token = webhook_auth_token
         self._timeout_s = request_timeout_s

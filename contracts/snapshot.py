@@ -119,6 +119,12 @@ class Capabilities(BaseModel):
     lost_grace_s : float
         How long after a fetch first reports the job ``lost`` its terminal webhook may
         still arrive (the provider's own retry window); only then is the job failed.
+    lost_is_idle : bool
+        A job a fetch reports ``lost`` is known not to run at the provider (Cog's probe:
+        a prediction in flight would have been answered), so it holds none of
+        ``max_concurrency``'s slots while ``lost_grace_s`` runs. False where "lost" says
+        only that this process cannot see the job (an OpenAI-compatible call held by
+        another gateway process, still running): it keeps its slot.
     webhook_poke : bool
         The provider's webhooks are not signed (RunPod, providers.md §3.5): once the
         per-job URL token matches, a webhook only makes the job's next fetch due now; its
@@ -136,5 +142,6 @@ class Capabilities(BaseModel):
     fetch_interval_s: float = 1.0
     fetch_max_interval_s: float = 30.0
     lost_grace_s: float = 0.0
+    lost_is_idle: bool = False
     webhook_poke: bool = False
     max_inline_input_bytes: int | None = None

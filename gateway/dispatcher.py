@@ -120,7 +120,8 @@ class Dispatcher(Loop):
         handled = 0
         for provider in self._providers.values():
             claimed = await self._store.claim_dispatch(
-                provider.name, provider.max_concurrency, self._fair_order
+                provider.name, provider.max_concurrency, self._fair_order,
+                lost_is_idle=provider.adapter.capabilities.lost_is_idle,
             )
             if self._shadow_gate is not None:
                 claimed, dropped = await self._shadow_gate.split(claimed)

@@ -9,7 +9,8 @@ processes. Its statements, in order:
 1. at most :data:`SMALL_ROUND` + 1 waiting jobs (none: the round ends here, without a
    count), read from two ranges of an index (:func:`_head`);
 2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs, less
-   those the provider reported lost; on SQLite, when the jobs table has never held half
+   those the provider reported lost when that means it is not running them
+   (``Capabilities.lost_is_idle``: Cog); on SQLite, when the jobs table has never held half
    as many rows as ``max_concurrency``, ``max(rowid)`` stands for it: no more jobs than
    that can be in flight, and the round may still take at least half the limit);
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
@@ -73,12 +74,18 @@ _ROWS_EVER_SQL = "SELECT max(rowid) FROM jobs"
 _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
 
 
-def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
+def _in_flight(provider: str, now: datetime, lost_is_idle: bool) -> sa.Select[Any]:
     """How many jobs ``provider`` has in flight: submitted and active, or leased for
-    dispatch right now (a submit under way in some process). A job the provider said it
-    no longer knows (``lost_at`` set: Cog's watchdog probe found it neither running nor
-    queued, docs/cog.md §2) holds none of its slots while the gateway waits out
-    ``lost_grace_s`` for its late terminal webhook."""
+    dispatch right now (a submit under way in some process). With ``lost_is_idle``
+    (``Capabilities.lost_is_idle``), a job the provider said it no longer knows
+    (``lost_at`` set: Cog's watchdog probe found it neither running nor queued,
+    docs/cog.md §2) holds none of its slots while the gateway waits out ``lost_grace_s``
+    for its late terminal webhook; without, "lost" may mean only that the process that
+    asked cannot see it (an OpenAI-compatible call another process holds), and it
+    counts."""
+    submitted: sa.ColumnElement[bool] = jobs.c.submitted_at.is_not(None)
+    if lost_is_idle:
+        submitted = sa.and_(submitted, jobs.c.lost_at.is_(None))
     return (
         sa.select(sa.func.count())
         .select_from(jobs)
@@ -86,7 +93,7 @@ def _in_flight(provider: str, now: datetime) -> sa.Select[Any]:
             jobs.c.provider == provider,
             jobs.c.state.in_(_ACTIVE),
             sa.or_(
-                sa.and_(jobs.c.submitted_at.is_not(None), jobs.c.lost_at.is_(None)),
+                submitted,
                 sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
             ),
         )
@@ -129,10 +136,12 @@ class DispatchClaims(lease.Leasing):
         provider: str,
         max_concurrency: int,
         order: Callable[[list[Candidate], int], list[Candidate]] | None = None,
+        *,
+        lost_is_idle: bool = False,
     ) -> list[Job]:
         """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
         provider's jobs in flight (submitted and active, or leased for dispatch right now,
-        by any process).
+        by any process); with ``lost_is_idle``, not those it reported lost (:func:`_in_flight`).
 
         Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
         each API token's first waiting jobs (by priority, then age) are the candidates (a
@@ -171,7 +180,8 @@ class DispatchClaims(lease.Leasing):
             )
             if not head:
                 return []  # nothing waiting (a round woken by a finished job): no count
-            limit = max_concurrency - await self._in_flight(conn, provider, now, max_concurrency)
+            in_flight = await self._in_flight(conn, provider, now, max_concurrency, lost_is_idle)
+            limit = max_concurrency - in_flight
             if limit <= 0:
                 return []
             all_fit = len(head) <= min(limit, SMALL_ROUND)
@@ -200,7 +210,8 @@ class DispatchClaims(lease.Leasing):
         return found if rank is None else sorted(found, key=lambda job: rank[job.id])
 
     async def _in_flight(
-        self, conn: AsyncConnection, provider: str, now: datetime, max_concurrency: int
+        self, conn: AsyncConnection, provider: str, now: datetime, max_concurrency: int,
+        lost_is_idle: bool,
     ) -> int:
         """The provider's jobs in flight, or on SQLite a number no smaller when that leaves
         the round at least half of ``max_concurrency`` (the module docstring)."""
@@ -212,7 +223,7 @@ class DispatchClaims(lease.Leasing):
             rows_ever = int(found or 0)
             if rows_ever * 2 <= max_concurrency:
                 return rows_ever
-        return int((await conn.execute(_in_flight(provider, now))).scalar_one())
+        return int((await conn.execute(_in_flight(provider, now, lost_is_idle))).scalar_one())
 
     async def _candidates(
         self, conn: AsyncConnection, waiting: list[Any], per_owner: int

@@ -1,0 +1,78 @@
+"""A job a provider reported lost holds none of its ``max_concurrency`` slots only when
+"lost" means the provider is not running it (Cog's probe), not when it means only "this
+process cannot see it" (an OpenAI-compatible call held by another gateway process):
+docs/cog.md §2, docs/providers.md ("OpenAI-compatible"); on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.app import LOOPS
+from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
+from tests.support.waiting import wait_until
+
+TOKEN_ENV = "CUTOVER_TEST_LOST_OPENAI_KEY"
+
+
+def _loop(gateway: GatewayHarness, name: str) -> Any:
+    return next(loop for loop in gateway.app[LOOPS] if loop.name == name)
+
+
+def _running(server: FakeOpenAI) -> int:
+    return sum(job.state == "running" for job in server.jobs.values())
+
+
+async def _succeeded(gateway: GatewayHarness, prediction_id: str) -> None:
+    """Poll (the clock moved to each next poll) until the prediction has succeeded."""
+
+    async def done() -> bool:
+        gateway.clock.advance(2.0)
+        await gateway.settle()
+        return (await gateway.get(prediction_id))["status"] == "succeeded"
+
+    await wait_until(done, what=f"{prediction_id} succeeded")
+
+
+async def test_a_call_held_by_another_process_keeps_its_slot(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, OPENAI_TOKEN)
+    async with FakeOpenAI(token=OPENAI_TOKEN) as server:
+        server.gate = asyncio.Event()  # every call is held until the test opens it
+        sections = {
+            "providers": {"oa": {
+                "kind": "openai", "base_url": f"{server.url}/v1", "token_env": TOKEN_ENV,
+                "max_concurrency": 1, "fetch_interval_s": 1.0, "fetch_max_interval_s": 1.0,
+            }},
+            "routes": [{"model": "acme/echo", "version": VERSION, "provider": "oa",
+                        "target": "echo-1"}],
+        }
+        holder, other = await make_gateway(**sections), await make_gateway(**sections)
+        try:
+            first = await holder.create({"version": VERSION, "input": {"prompt": "one"}})
+            assert await _loop(holder, "dispatcher").run_once() == 1
+            await wait_until(lambda: _running(server) == 1, what="the first call held")
+            second = await holder.create({"version": VERSION, "input": {"prompt": "two"}})
+            assert await _loop(holder, "dispatcher").run_once() == 0  # the one slot is taken
+
+            # The other process polls the first job: its adapter does not hold the call.
+            other.clock.advance(5.0)
+            assert await _loop(other, "poller").run_once() == 1
+            job = await other.store.get(first["id"])
+            assert job.lost_at is not None and not job.state.terminal  # waits lost_grace_s
+
+            # The holder is still running the call: the second must still wait.
+            assert await _loop(holder, "dispatcher").run_once() == 0
+            assert await _loop(other, "dispatcher").run_once() == 0
+            assert _running(server) == 1
+            assert (await holder.get(second["id"]))["status"] == "starting"
+
+            server.gate.set()  # the first call ends: now the second goes
+            await _succeeded(holder, first["id"])
+            await _succeeded(holder, second["id"])
+        finally:
+            server.gate.set()
