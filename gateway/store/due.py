@@ -43,8 +43,11 @@ _FETCH_SQL = (
     " FROM jobs WHERE state IN ('creating', 'queued', 'running') AND submitted_at IS NOT NULL"
 )
 _EVENTS_SQL = (
-    "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE ? END)"
-    " FROM provider_events WHERE processed_at IS NULL"
+    "SELECT min(CASE WHEN p.leased_until > ? THEN p.leased_until ELSE ? END)"
+    " FROM provider_events AS p WHERE p.processed_at IS NULL AND NOT ("
+    "(p.leased_until IS NULL OR p.leased_until <= ?) AND EXISTS (SELECT 1 FROM"
+    " provider_events AS e WHERE e.job_id = p.job_id AND e.id < p.id"
+    " AND e.processed_at IS NULL AND e.leased_until > ?))"
 )
 _DELIVERY_SQL = (
     "SELECT min(CASE WHEN leased_until > ? THEN leased_until ELSE next_attempt_at END)"
@@ -123,13 +126,26 @@ class Due:
         )
 
     async def events(self, now: datetime) -> datetime | None:
-        """When a stored, unapplied provider event can next be claimed."""
+        """When a stored, unapplied provider event can next be claimed. An unleased one
+        that an earlier leased event of its job holds back (docs/lifecycle.md, "Order of
+        a job's provider events") counts from that event's lease end, not now: it kept an
+        idle processor going round every ``loop_interval_s`` through a retry's backoff."""
         leased = provider_events.c.leased_until
+        earlier = provider_events.alias("earlier")
+        held_back = sa.and_(
+            sa.or_(leased.is_(None), leased <= now),
+            sa.exists().where(
+                earlier.c.job_id == provider_events.c.job_id,
+                earlier.c.id < provider_events.c.id,
+                earlier.c.processed_at.is_(None),
+                earlier.c.leased_until > now,
+            ),
+        )
         return await self._min(
             lambda: sa.select(sa.func.min(sa.case((leased > now, leased), else_=now))).where(
-                provider_events.c.processed_at.is_(None)
+                provider_events.c.processed_at.is_(None), ~held_back
             ),
-            _EVENTS_SQL, (now, now),
+            _EVENTS_SQL, (now, now, now, now),
         )
 
     async def delivery(self, now: datetime) -> datetime | None:

@@ -21,6 +21,7 @@ from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.app import _EVENTS, OWNER
 from gateway.store import events as events_module
+from gateway.store.due import Due
 from gateway.store.events import ProviderEvent
 from gateway.store.schema import provider_events
 from gateway.webhooks.retry import Backoff
@@ -254,3 +255,22 @@ async def test_a_later_event_received_by_another_process_waits_for_the_earlier_o
     assert await drain(second) == 2
     assert applied == [r.id for r in await event_rows(second)]  # in the order stored
     assert (await second.get(job_id))["status"] == "succeeded"
+
+
+async def test_an_event_held_back_by_a_retry_falls_due_with_the_retry_not_at_once(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle processor sleeps until the retry (gateway/store/due.py), on the lock-free
+    reader as on the engine, instead of claiming nothing every loop_interval_s."""
+    gateway = await make_gateway()
+    job_id = await queued_job(gateway)
+    fail_first_parse(gateway, monkeypatch)
+    assert await gateway.deliver(job_id, JobState.RUNNING, logs="step 1\n") == 200
+    assert await events_loop(gateway).run_once() == 1  # put back for 30 s
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    await drain(gateway)
+    first, later = await event_rows(gateway)
+    assert later.leased_until is None and later.processed_at is None  # waits unleased
+    now, engine = gateway.clock.now(), gateway.store.engine
+    for due in (Due(engine), Due(engine, fast=False)):
+        assert await due.events(now) == first.leased_until
