@@ -10,7 +10,8 @@ loopback (``0.0.0.0`` -> ``127.0.0.1``, ``::`` -> ``::1``), and exits 0 when the
 (that file is the only trust anchor; the host name is not checked, since the probe
 reaches the gateway by its loopback address and the certificate names the public one).
 
-Exit status 1 also covers a configuration that does not load: Docker reserves 2 for its
+Exit status 1 also covers a configuration that does not load, or a bad argument (a
+``--timeout`` must be a number of seconds over 0): Docker reserves 2 for its
 own use, and a container whose gateway cannot start is not healthy. One line says why
 (stdout when ready, stderr otherwise), which ``docker inspect`` keeps with the result.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import ssl
 import sys
@@ -29,6 +31,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from contracts.errors import ConfigurationError
 from gateway.config import GatewaySettings, load_settings
@@ -76,8 +79,26 @@ def probe_context(gateway: GatewaySettings) -> ssl.SSLContext | None:
     return context
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument exits 1 (its one-line message on stderr), not 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"{self.prog}: {message}\n")
+
+
+def _seconds(text: str) -> float:
+    """A ``--timeout``: finite and over 0 (0 would make the socket non-blocking)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds over 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cutover health",
         description="GET /ready on the configured listener; exit 0 when ready, 1 otherwise",
     )
@@ -86,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
         help="TOML configuration file, as for serve (default: $CUTOVER_CONFIG)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+        "--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
         help=f"give up after this long (default {DEFAULT_TIMEOUT_S:g})",
     )
     return parser
