@@ -14,7 +14,6 @@ create tells it of a new shadow's (:func:`drop_at`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import Counter
 from datetime import datetime, timedelta
@@ -66,21 +65,19 @@ class ShadowGate:
         """Shadows still waiting for their provider (at capacity) longer than their
         route's ``shadow_budget.max_wait_s`` (a route no longer configured: any), to be
         dropped: they would otherwise wait until ``max_job_lifetime_s``. Counted as
-        dropped; a dropped shadow makes no pair, so the guard never sees it."""
-        waits = []
-        for key in self._router.keys:
-            with contextlib.suppress(NotFound):
-                waits.append(self._router.spec(key).shadow_budget.max_wait_s)
-        oldest = now - timedelta(seconds=min(waits, default=0.0))
-        late = []
-        for job in await self._shadows.waiting(oldest, limit):
-            try:
-                wait_s = self._router.spec(job.route).shadow_budget.max_wait_s
-            except NotFound:
-                wait_s = 0.0
-            if job.created_at > now - timedelta(seconds=wait_s):
+        dropped; a dropped shadow makes no pair, so the guard never sees it.
+
+        Asked route by route, each with its own wait: the oldest shadows of all routes
+        together could be a batch of a longer-waiting route's, hiding a late one of
+        another route from every round (while :meth:`next_drop_at` kept the reaper
+        looking)."""
+        late: list[Job] = []
+        for route, oldest in sorted((await self._shadows.oldest_waiting()).items()):
+            cutoff = now - timedelta(seconds=self._max_wait_s(route))
+            if oldest > cutoff or len(late) >= limit:
                 continue
-            late.append(job)
+            late += await self._shadows.waiting(route, cutoff, limit - len(late))
+        for job in late:
             if self._metrics is not None:
                 self._metrics.shadows.labels(job.route, "dropped").inc()
             log.info("shadow_dropped", extra={"job_id": job.id, "route": job.route,
@@ -91,14 +88,16 @@ class ShadowGate:
         """When the first shadow waiting at the gateway reaches its route's ``max_wait_s``
         (``now`` for a route no longer configured); None when none waits."""
         del now  # every candidate is a stored time
-        times = []
-        for route, oldest in (await self._shadows.oldest_waiting()).items():
-            try:
-                wait_s = self._router.spec(route).shadow_budget.max_wait_s
-            except NotFound:
-                wait_s = 0.0
-            times.append(oldest + timedelta(seconds=wait_s))
+        times = [oldest + timedelta(seconds=self._max_wait_s(route))
+                 for route, oldest in (await self._shadows.oldest_waiting()).items()]
         return min(times, default=None)
+
+    def _max_wait_s(self, route: str) -> float:
+        """``route``'s ``shadow_budget.max_wait_s``; 0 for a route no longer configured."""
+        try:
+            return self._router.spec(route).shadow_budget.max_wait_s
+        except NotFound:
+            return 0.0
 
     async def _fits(self, job: Job, admitted: int) -> bool:
         try:

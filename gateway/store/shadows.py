@@ -106,14 +106,14 @@ class ShadowStore:
                 int((await conn.execute(recent)).scalar_one()),
             )
 
-    async def waiting(self, created_before: datetime, limit: int) -> list[Job]:
-        """Shadows created at or before ``created_before`` still waiting at the gateway,
-        oldest first: never submitted, not leased for a submit, and not a submit that may
-        have reached the provider (:data:`gateway.store.dispatching.MAYBE_SUBMITTED`)."""
+    async def waiting(self, route: str, created_before: datetime, limit: int) -> list[Job]:
+        """``route``'s shadows created at or before ``created_before`` still waiting at the
+        gateway, oldest first: never submitted, not leased for a submit, and not a submit
+        that may have reached the provider (:data:`gateway.store.dispatching.MAYBE_SUBMITTED`)."""
         query = (
             sa.select(jobs)
             .where(*_unsubmitted_shadow(), _known_unsent(), lease.unleased(jobs, self._clock.now()),
-                   jobs.c.created_at <= created_before)
+                   jobs.c.route == route, jobs.c.created_at <= created_before)
             .order_by(jobs.c.created_at)
             .limit(limit)
         )
