@@ -31,6 +31,7 @@ from contracts.errors import (
     CutoverError,
     UpstreamRejected,
     UpstreamRetryable,
+    UpstreamUnreachable,
     WebhookVerificationError,
 )
 from contracts.job import JobState
@@ -296,6 +297,10 @@ class CogAdapter:
         """The one place where httpx exceptions become :mod:`contracts.errors`."""
         try:
             yield
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
+            raise UpstreamUnreachable(
+                f"{self.name}: {action} {job_id}: cannot connect ({type(exc).__name__})"
+            ) from exc
         except httpx.TimeoutException as exc:
             raise UpstreamRetryable(
                 f"{self.name}: {action} {job_id} timed out after {self._timeout_s} s"

@@ -33,6 +33,7 @@ from contracts.errors import (
     ProviderBusy,
     UpstreamRejected,
     UpstreamRetryable,
+    UpstreamUnreachable,
 )
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
@@ -146,6 +147,10 @@ class RemoteFakeAdapter(FakeAdapter):
     def _errors(self, what: str) -> Iterator[None]:
         try:
             yield
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
+            raise UpstreamUnreachable(
+                f"{self.name}: {what}: cannot connect ({type(exc).__name__})"
+            ) from exc
         except httpx.HTTPError as exc:
             raise UpstreamRetryable(f"{self.name}: {what} failed ({type(exc).__name__})") from exc
 

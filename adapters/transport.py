@@ -39,6 +39,7 @@ from contracts.errors import (
     ProviderBusy,
     UpstreamRejected,
     UpstreamRetryable,
+    UpstreamUnreachable,
 )
 
 __all__ = [
@@ -182,8 +183,9 @@ class Upstream:
         ProviderBusy
             The rate limit is reached (nothing was sent).
         UpstreamRetryable
-            Could not connect; or any transport failure of an idempotent call; or the
-            body is larger than ``max_response_bytes``.
+            Could not connect (``UpstreamUnreachable``: nothing was sent); or any
+            transport failure of an idempotent call; or the body is larger than
+            ``max_response_bytes``.
         UpstreamRejected
             A non-idempotent call failed after it was sent: it may have started work.
         """
@@ -242,7 +244,7 @@ class Upstream:
         try:
             yield
         except _CONNECT_ERRORS as exc:
-            raise UpstreamRetryable(
+            raise UpstreamUnreachable(
                 f"{self.name}: {action}: cannot connect ({type(exc).__name__})"
             ) from exc
         except httpx.HTTPError as exc:

@@ -22,6 +22,7 @@ __all__ = [
     "Unauthenticated",
     "UpstreamRejected",
     "UpstreamRetryable",
+    "UpstreamUnreachable",
     "WebhookVerificationError",
 ]
 
@@ -117,6 +118,12 @@ class UpstreamRetryable(CutoverError):
     def __init__(self, detail: str, retry_after_s: float | None = None) -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
+
+
+class UpstreamUnreachable(UpstreamRetryable):
+    """No connection to the provider could be made (refused, or the connect timed out):
+    nothing of the request reached it, so a submit that fails so started nothing there.
+    """
 
 
 class ProviderBusy(UpstreamRetryable):

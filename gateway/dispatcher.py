@@ -9,7 +9,9 @@ the jobs already in flight there, oldest first, and submits them concurrently:
 * ``ProviderBusy`` (Cog 409/503, 429) or a retryable failure -> stays ``queued`` and is
   tried again after an exponential backoff with full jitter (a job an earlier submit
   may have reached stays "maybe submitted", :data:`gateway.store.claims.RESUBMITTING`,
-  so a cancel or deadline still goes through the provider: docs/reliability.md);
+  so a cancel or deadline still goes through the provider: docs/reliability.md; so is
+  one whose submit failed in transit, ``unreachable``, but not one that found no
+  connection, :data:`NOT_CONNECTED`: nothing was sent);
 * ``UpstreamRejected`` -> ``failed`` with the provider's reason; the refused resubmit of
   a job an earlier submit may have reached leaves it "maybe submitted", tried again
   after :data:`REFUSED_RESUBMIT_WAIT_S` (docs/lifecycle.md, "The submit window");
@@ -38,7 +40,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected, UpstreamRetryable
+from contracts.errors import (
+    CutoverError,
+    ProviderBusy,
+    UpstreamRejected,
+    UpstreamRetryable,
+    UpstreamUnreachable,
+)
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
 from gateway import boundary, fairness, logs
@@ -57,12 +65,15 @@ from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.webhooks import retry
 
-__all__ = ["REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
+__all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0
 REFUSED_RESUBMIT_WAIT_S = 60.0
 """Seconds before a job whose resubmit the provider refused (4xx) is submitted again."""
+NOT_CONNECTED = "not_connected"
+"""``raw_status`` of a job whose submit found no connection to the provider: unlike
+``unreachable`` (failed in transit) it is not "maybe submitted"."""
 
 
 def callback_url(base_url: str, job: Job, token: str) -> str:
@@ -177,7 +188,10 @@ class Dispatcher(Loop):
         except UpstreamRetryable as exc:
             self._count(provider, "unreachable")
             log.warning("submit_failed", extra={"job_id": job.id, "error": exc.detail})
-            await self._defer(job, "unreachable", exc.retry_after_s)
+            # Failed in transit, it may have reached the provider (MAYBE_SUBMITTED); with
+            # no connection made, it did not: a cancel or deadline then needs no provider.
+            sent = not isinstance(exc, UpstreamUnreachable)
+            await self._defer(job, "unreachable" if sent else NOT_CONNECTED, exc.retry_after_s)
             return
         except UpstreamRejected as exc:
             self._count(provider, "rejected")

@@ -57,7 +57,9 @@ reached the provider; the dispatcher defers it under this status whatever the ne
 submit's answer (a busy provider says nothing about the earlier submit)."""
 MAYBE_SUBMITTED = (SUBMITTING, RESUBMITTING, "unreachable")
 """``raw_status`` values of unsubmitted jobs the provider may nevertheless have: a claim
-whose process died during the submit, or a submit that failed in transit (timeout, 5xx).
+whose process died during the submit, or a submit that failed in transit (timeout, 5xx);
+not one that found no connection (``not_connected``, ``UpstreamUnreachable``: nothing
+was sent).
 Such a job is never ended here as "never submitted": it goes back to the dispatcher,
 whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
 provider (docs/reliability.md, "Crash soak")."""

@@ -15,11 +15,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from contracts.errors import UpstreamRetryable
+from contracts.errors import UpstreamRetryable, UpstreamUnreachable
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, SubmitRequest
 from gateway.app import LOOPS
-from gateway.dispatcher import REFUSED_RESUBMIT_WAIT_S
+from gateway.dispatcher import NOT_CONNECTED, REFUSED_RESUBMIT_WAIT_S
 from gateway.http import keys
 from gateway.store.claims import RESUBMITTING, SUBMITTING
 from gateway.store.schema import jobs
@@ -286,7 +286,11 @@ async def test_a_canceled_job_whose_provider_cannot_be_reached_ends_after_the_gr
     # The same, with every resubmit failing in transit: tried again at least every
     # cancel_resend_s, it ends `canceled` once the provider had the cancel grace and three
     # tries to take it (and so to be told), not at the maximum lifetime.
-    gateway = await make_gateway(gateway={"cancel_grace_s": 60.0, "cancel_resend_s": 1.0})
+    # tries up to a second apart (jittered): settle, which does not wait, stops between them
+    gateway = await make_gateway(gateway={
+        "cancel_grace_s": 60.0, "cancel_resend_s": 1.0,
+        "dispatch_backoff_base_s": 1.0, "dispatch_backoff_max_s": 1.0,
+    })
     prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
     job_id = prediction["id"]
     await _crash_after_the_provider_accepted(gateway, job_id)
@@ -307,3 +311,29 @@ async def test_a_canceled_job_whose_provider_cannot_be_reached_ends_after_the_gr
     done = await gateway.get(job_id)
     assert done["status"] == "canceled" and done["error"] is None
     assert len(tries) >= 3
+
+
+async def test_a_job_whose_submit_found_no_connection_is_canceled_without_the_provider(
+    make_gateway: Any, monkeypatch: Any,
+) -> None:
+    # A refused connection sent nothing, yet the job was kept "maybe submitted"
+    # (`unreachable`): a cancel then had it submitted again, starting the work it was to
+    # cancel, or (the provider still away) left it until max_job_lifetime_s.
+    gateway = await make_gateway(  # tries up to a second apart (see above)
+        gateway={"dispatch_backoff_base_s": 1.0, "dispatch_backoff_max_s": 1.0})
+    tries: list[str] = []
+
+    async def refused(request: SubmitRequest) -> Any:
+        tries.append(request.job_id)
+        raise UpstreamUnreachable("fake: submit: cannot connect (ConnectError)")
+
+    monkeypatch.setattr(gateway.fake, "submit", refused)
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
+    job_id = prediction["id"]
+    await gateway.settle()
+    assert tries and await _raw_status(gateway, job_id) == NOT_CONNECTED
+    cancel = await gateway.client.post(f"/v1/predictions/{job_id}/cancel", headers=gateway.headers)
+    assert cancel.status == 200
+    done = await gateway.wait_for(job_id, "canceled")  # at once, not after cancel_grace_s
+    assert done["error"] is None
+    assert gateway.fake.cancel_calls == []

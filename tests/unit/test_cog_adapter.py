@@ -18,6 +18,7 @@ from contracts.errors import (
     ProviderBusy,
     UpstreamRejected,
     UpstreamRetryable,
+    UpstreamUnreachable,
     WebhookVerificationError,
 )
 from contracts.job import JobState
@@ -178,7 +179,7 @@ async def test_submit_5xx_are_retryable_but_not_busy(make, status):
 
 async def test_submit_connection_error_is_retryable_and_chained(make):
     error = httpx.ConnectError("connection refused")
-    with pytest.raises(UpstreamRetryable) as caught:
+    with pytest.raises(UpstreamUnreachable) as caught:  # nothing sent: not maybe submitted
         await make(Upstream(error)).submit(submit_request())
     assert caught.value.__cause__ is error
     assert "ConnectError" in caught.value.detail
@@ -189,6 +190,7 @@ async def test_submit_timeout_is_retryable_and_names_the_timeout(make):
     with pytest.raises(UpstreamRetryable, match=r"timed out after 7\.5 s") as caught:
         await make(Upstream(error), request_timeout_s=7.5).submit(submit_request())
     assert caught.value.__cause__ is error
+    assert not isinstance(caught.value, UpstreamUnreachable)  # it may have been sent
 
 
 async def test_submit_2xx_with_a_body_that_is_not_a_prediction_is_retryable(make):

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from adapters import openai_mapping, transport
-from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable
+from contracts.errors import ProviderBusy, UpstreamRejected, UpstreamRetryable, UpstreamUnreachable
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ async def test_a_refused_connection_is_retryable_even_for_a_create():
         raise httpx.ConnectError("refused", request=request)
 
     up = _upstream(refused)
-    with pytest.raises(UpstreamRetryable):
+    with pytest.raises(UpstreamUnreachable):  # nothing was sent: not "maybe submitted"
         await up.call("create", "POST", "/", idempotent=False)
     await up.aclose()
 
