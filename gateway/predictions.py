@@ -287,6 +287,7 @@ class PredictionService:
             return job
         job = await self._store.request_cancel(job_id)
         self._notifier.wake(LoopName.REAPER)
+        self._notifier.wake(LoopName.DISPATCHER)  # a maybe-submitted job's resubmit
         return job
 
     async def page(

@@ -44,7 +44,9 @@ finish             active                         completed,   state, raw_status
                                                   canceled     completed_at, started_at,
                                                                next_attempt_at, lease; assets;
                                                                provider_job_id if unset
-request_cancel     active; no cancel requested    -            cancel_requested_at
+request_cancel     active; no cancel requested    -            cancel_requested_at;
+                                                               next_attempt_at (unsubmitted,
+                                                               maybe submitted: due now)
 claim_cancels      active; submitted; cancel due, -            cancel_sent_at
                    not sent since resend_before
 mark_cancel_sent   active                         -            cancel_sent_at

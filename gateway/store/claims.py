@@ -171,8 +171,12 @@ class Claims(DispatchClaims):
 
     async def request_cancel(self, job_id: str) -> Job:
         """Mark a cancel request (idempotent) on the job and its shadows (docs/shadow.md);
-        returns the job as it stands."""
+        returns the job as it stands. A job an earlier submit may have reached
+        (:data:`MAYBE_SUBMITTED`) is due for dispatch now: its resubmit is how the cancel
+        reaches the provider (or finds nothing there to cancel), not in up to
+        ``REFUSED_RESUBMIT_WAIT_S``."""
         now = self._clock.now()
+        maybe = sa.and_(jobs.c.submitted_at.is_(None), jobs.c.raw_status.in_(MAYBE_SUBMITTED))
         async with self._engine.begin() as conn:
             await conn.execute(
                 jobs.update()
@@ -181,7 +185,10 @@ class Claims(DispatchClaims):
                     jobs.c.state.in_(_ACTIVE),
                     jobs.c.cancel_requested_at.is_(None),
                 )
-                .values(cancel_requested_at=now, updated_at=now)
+                .values(
+                    cancel_requested_at=now, updated_at=now,
+                    next_attempt_at=sa.case((maybe, now), else_=jobs.c.next_attempt_at),
+                )
             )
         return await self.get(job_id)
 
