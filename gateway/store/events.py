@@ -272,22 +272,19 @@ class ProviderEvents(lease.Leasing):
         holds back (leased elsewhere, waiting for a retry or for a claim; the module
         docstring), and every later event of that job taken with it.
 
-        The usual case writes nothing: on SQLite, events that still have the part of their
-        lease that :meth:`holding` renews before it runs out (written less than
-        ``lease_s`` / :data:`RENEWALS_PER_LEASE` ago) keep it, once the lock-free reader
-        has found no earlier event of their jobs that holds them back."""
+        The usual case writes nothing: events that still have the part of their lease
+        that :meth:`holding` renews before it runs out (written less than ``lease_s`` /
+        :data:`RENEWALS_PER_LEASE` ago) keep it, once a read (on SQLite the lock-free
+        reader's) has found no earlier event of their jobs that may hold them back."""
         count = min(limit, len(self._handed))
         pairs = [self._handed.popleft() for _ in range(count)]
         if not pairs:
             return []
         taken = [event for _, event in pairs]
         ids = [e.id for e in taken]
-        if min(end for end, _ in pairs) - now >= self._lease_length * _KEPT_SHARE:
-            jobs_ = sorted({e.job_id for e in taken})
-            sql = _HELD_BACK_SQL.format(jobs=in_list(len(jobs_)), ids=in_list(len(ids)))
-            params = (*jobs_, max(ids), *ids, self._owner, now)
-            if self._reads.exists(sql, params) is False:
-                return taken
+        fresh = min(end for end, _ in pairs) - now >= self._lease_length * _KEPT_SHARE
+        if fresh and not await self._may_be_held_back(taken, now):
+            return taken
         until = now + self._lease_length
         renewed = self._fast.run(lambda c: _renew_fast(c, ids, self._owner, now, until))
         if renewed is None:
@@ -299,6 +296,34 @@ class ProviderEvents(lease.Leasing):
                 await conn.execute(self._held(back).values(lease_owner=None, leased_until=None))
         return kept
 
+    async def _may_be_held_back(self, taken: list[ProviderEvent], now: datetime) -> bool:
+        """Whether an unprocessed event of the jobs of ``taken``, before the newest of them
+        and not one of them, is not held here at ``now``: it may hold one of them back. A
+        read (on SQLite by the lock-free reader), no transaction that writes."""
+        ids = [e.id for e in taken]
+        jobs_ = sorted({e.job_id for e in taken})
+        sql = _HELD_BACK_SQL.format(jobs=in_list(len(jobs_)), ids=in_list(len(ids)))
+        found = self._reads.exists(sql, (*jobs_, max(ids), *ids, self._owner, now))
+        if found is not None:
+            return found
+        query = sa.select(provider_events.c.id).where(
+            provider_events.c.job_id.in_(jobs_),
+            provider_events.c.processed_at.is_(None),
+            provider_events.c.id < max(ids),
+            provider_events.c.id.not_in(ids),
+            self._not_held_here(provider_events, now),
+        )
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).first() is not None
+
+    def _not_held_here(self, table: sa.FromClause, now: datetime) -> sa.ColumnElement[bool]:
+        """Rows of ``table`` (provider events) this process does not hold at ``now``."""
+        return sa.or_(
+            table.c.lease_owner.is_(None),
+            table.c.lease_owner != self._owner,
+            table.c.leased_until < now,
+        )
+
     async def _renew_engine(self, ids: list[int], now: datetime, until: datetime) -> set[int]:
         """:func:`_renew_fast` through the engine."""
         held_back = sa.exists().where(
@@ -306,11 +331,7 @@ class ProviderEvents(lease.Leasing):
             _EARLIER.c.id < provider_events.c.id,
             _EARLIER.c.processed_at.is_(None),
             _EARLIER.c.id.not_in(ids),
-            sa.or_(
-                _EARLIER.c.lease_owner.is_(None),
-                _EARLIER.c.lease_owner != self._owner,
-                _EARLIER.c.leased_until < now,
-            ),
+            self._not_held_here(_EARLIER, now),
         )
         statement = (
             self._held(ids).where(~held_back).values(leased_until=until)
