@@ -14,6 +14,11 @@ editable checkout under ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile ab
 modules from source at every start.
 
     .venv/bin/python bench/startup.py [--rounds 3] [--idle-seconds 10]
+
+``--instructions`` measures instead what the load does not move: the instructions (in
+millions) of one start of each, from spawning to a listening socket, under valgrind's
+callgrind (``apt-get install valgrind``; about a minute each): the gateway on a fresh
+and on an existing database, and the bare server (bench/support/listening.py).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ratios import gateway_config
 from bench.support import load, refs
 from tests.support.orphans import die_with_parent
+from tests.support.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("contracts", "adapters", "gateway", "shadow")
@@ -87,13 +94,50 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def instructions(command: list[str], work: Path) -> float:
+    """Millions of instructions callgrind counted for ``command`` (a start to listening)."""
+    out = work / "callgrind.out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")}
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command],
+        capture_output=True, text=True, check=True, env=env,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    assert found, done.stderr[-2000:]
+    out.unlink()
+    return int(found.group(1)) / 1e6
+
+
+def count_instructions() -> None:
+    listening = [sys.executable, str(ROOT / "bench" / "support" / "listening.py")]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        config = gateway_config(f"sqlite+aiosqlite:///{work / 'cutover.db'}", work)
+        path = work / "cutover.toml"
+        path.write_bytes(tomli_w.dumps(config).encode())
+        fresh = instructions([*listening, "gateway", str(path)], work)
+        existing = instructions([*listening, "gateway", str(path)], work)
+        body = work / "body.json"
+        body.write_bytes(b"{}")
+        bare_script = str(refs.refs_dir() / "bare_aiohttp.py")
+        bare = instructions([*listening, "bare", bare_script, str(free_port()), str(body)], work)
+    print(f"instructions to listening (M)  gateway fresh db {fresh:,.0f}, existing db "
+          f"{existing:,.0f}; bare aiohttp {bare:,.0f} (ratios {fresh / bare:.2f}, "
+          f"{existing / bare:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions to listening under callgrind instead")
     args = parser.parse_args()
     load.print_header()
     compile_project()
+    if args.instructions:
+        count_instructions()
+        return
     fresh, warm, cpu, rss, ref_start, ref_cpu, ref_rss = [], [], [], [], [], [], []
     used: dict[str, list[float]] = {"fresh database": [], "existing database": [], "bare": []}
     for n in range(1, args.rounds + 1):
