@@ -46,7 +46,8 @@ import time
 import weakref
 
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.store.aio import Engine
 
 __all__ = ["Checkpointer", "close", "for_engine", "for_file", "install"]
 
@@ -69,11 +70,11 @@ _WALINDEX_VERSION = 3007000
 _HEADER = struct.Struct("=I4xI?xHI")  # iVersion, iChange, isInit, szPage, mxFrame
 _BACKFILL = struct.Struct("=I")  # nBackfill, at byte 96
 
-_BY_ENGINE: weakref.WeakKeyDictionary[AsyncEngine, Checkpointer] = weakref.WeakKeyDictionary()
+_BY_ENGINE: weakref.WeakKeyDictionary[Engine, Checkpointer] = weakref.WeakKeyDictionary()
 _warned = threading.Event()  # wal_index_unreadable logged by this process
 
 
-def install(engine: AsyncEngine, threshold_pages: int = THRESHOLD_PAGES) -> Checkpointer | None:
+def install(engine: Engine, threshold_pages: int = THRESHOLD_PAGES) -> Checkpointer | None:
     """Give ``engine`` (before it opens a connection) a :class:`Checkpointer`: automatic
     checkpoints off on its connections, a checkpoint considered after each commit.
     None (nothing done) unless it is a SQLite file. Its owner awaits :func:`close` after
@@ -98,7 +99,7 @@ def install(engine: AsyncEngine, threshold_pages: int = THRESHOLD_PAGES) -> Chec
     return checkpointer
 
 
-def for_engine(engine: AsyncEngine) -> Checkpointer | None:
+def for_engine(engine: Engine) -> Checkpointer | None:
     """The :class:`Checkpointer` :func:`install` gave ``engine``, if any: the fast writes'
     connection turns its automatic checkpoint off too and pokes it after its commits."""
     return _BY_ENGINE.get(engine)
@@ -113,7 +114,7 @@ def for_file(path: str) -> Checkpointer | None:
     return None
 
 
-async def close(engine: AsyncEngine) -> None:
+async def close(engine: Engine) -> None:
     """Close ``engine``'s :class:`Checkpointer`, if it has one (after disposing of it)."""
     checkpointer = _BY_ENGINE.pop(engine, None)
     if checkpointer is not None:

@@ -1,9 +1,11 @@
 """The database engine: SQLite (WAL) by default, PostgreSQL through asyncpg.
 
-One ``AsyncEngine`` per process, created by :func:`create_engine` and disposed by its
-owner. On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that concurrent
-writers queue on the busy timeout instead of failing on a lock upgrade; on PostgreSQL
-claims use ``FOR UPDATE SKIP LOCKED`` (see :mod:`gateway.store.jobs`).
+One :class:`Engine` per process (:mod:`gateway.store.aio`: SQLAlchemy Core on the event
+loop, without ``sqlalchemy.ext.asyncio`` and the ORM it imports), created by
+:func:`create_engine` and disposed by its owner. On SQLite every transaction starts with
+``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of
+failing on a lock upgrade; on PostgreSQL claims use ``FOR UPDATE SKIP LOCKED`` (see
+:mod:`gateway.store.jobs`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import engine as sa_engine
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from contracts.errors import ConfigurationError
-from gateway.store import inline
+from gateway.store import aio, inline
 
 __all__ = [
     "Engine",
@@ -34,7 +36,7 @@ __all__ = [
     "unreachable",
 ]
 
-Engine = AsyncEngine
+Engine = aio.Engine
 """The process's engine: created by the composition root, handed only to store classes."""
 StoreError = SQLAlchemyError
 """The base of every error the database layer raises."""
@@ -49,12 +51,12 @@ requests fail fast (503), not hang them (docs/reliability.md, "Dependency outage
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
 
 
-def is_sqlite(engine: AsyncEngine) -> bool:
+def is_sqlite(engine: Engine) -> bool:
     """True when the engine talks to SQLite."""
     return engine.dialect.name == "sqlite"
 
 
-def create_engine(database_url: str) -> AsyncEngine:
+def create_engine(database_url: str) -> Engine:
     """Build the process's engine for ``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``.
 
     No connection is opened here. SQLite files get WAL mode, foreign keys, a 30 s busy
@@ -72,7 +74,7 @@ def create_engine(database_url: str) -> AsyncEngine:
         # One connection: SQLite has one writer at a time, and queueing on the pool is
         # fair and prompt where SQLite's busy handler would sleep and retry.
         path = url.database or ":memory:"
-        engine = create_async_engine(
+        engine = aio.create_engine(
             url,
             # statements on the event loop thread, a locked database waited for on a
             # worker thread (gateway/store/inline.py)
@@ -84,7 +86,7 @@ def create_engine(database_url: str) -> AsyncEngine:
         _configure_sqlite(engine)
         return engine
     if url.drivername == "postgresql+asyncpg":
-        return create_async_engine(
+        return aio.create_engine(
             url, pool_size=10, max_overflow=10, pool_pre_ping=True,
             connect_args={"timeout": PG_CONNECT_TIMEOUT_S},
         )
@@ -94,7 +96,7 @@ def create_engine(database_url: str) -> AsyncEngine:
     )
 
 
-def dialect_insert(connection: Connection | AsyncConnection) -> Callable[..., Any]:
+def dialect_insert(connection: sa_engine.Connection | aio.Connection) -> Callable[..., Any]:
     """The ``insert`` construct of ``connection``'s dialect (``on_conflict_do_*``).
 
     PostgreSQL's dialect is imported only when it is used: on SQLite it would add about
@@ -132,7 +134,7 @@ SQLITE_WRITE_PRAGMAS = ("PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
 :mod:`gateway.store.fastwrite`'s), so both commit alike (docs/storage.md)."""
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
@@ -143,11 +145,11 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(connection: Connection) -> None:
+    def _on_begin(connection: sa_engine.Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-async def migrate(engine: AsyncEngine, *, fresh_script: bool = True) -> None:
+async def migrate(engine: Engine, *, fresh_script: bool = True) -> None:
     """Apply every alembic migration up to head (idempotent; run at start).
 
     A store already at head is left alone without importing alembic at all (about a fifth
@@ -183,7 +185,7 @@ def head_revision() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
-async def _version(engine: AsyncEngine) -> str | None:
+async def _version(engine: Engine) -> str | None:
     """The store's ``alembic_version``, or None (no such table yet)."""
     try:
         async with engine.connect() as connection:
@@ -194,7 +196,7 @@ async def _version(engine: AsyncEngine) -> str | None:
     return versions[0] if len(versions) == 1 else None
 
 
-def _upgrade(connection: Connection) -> None:
+def _upgrade(connection: sa_engine.Connection) -> None:
     from alembic import command  # only when there is something to migrate
     from alembic.config import Config
 

@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import deliveries
+from gateway.store.aio import Connection, Engine
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
@@ -37,13 +37,13 @@ class DeadLetterRows:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     clock : Clock
         Injected time source (a revived row is due at "now").
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
 
@@ -82,7 +82,7 @@ class DeadLetterRows:
         async with self._engine.connect() as conn:
             return [dict(row._mapping) for row in await conn.execute(query)]
 
-    async def _revive(self, conn: AsyncConnection, where: list[Any]) -> list[int]:
+    async def _revive(self, conn: Connection, where: list[Any]) -> list[int]:
         """Pending again, due now, attempts reset, same ``msg_id``; URLs re-enabled."""
         rows = (
             await conn.execute(

@@ -21,11 +21,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.replicate import WebhookEvent
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
+from gateway.store.aio import Connection, Engine
 from gateway.store.fastwrite import FastWrites, sqlite_time
 from gateway.store.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
@@ -84,7 +84,7 @@ class DeliveryQueue(lease.Leasing):
     """
 
     def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+        self, engine: Engine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._reads = SqliteReads(engine)
@@ -243,7 +243,7 @@ def endpoint_key(url: str) -> str:
     return "sha256:" + hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-async def _long_url_reasons(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]) -> dict[str, str]:
+async def _long_url_reasons(conn: Connection, picked: Sequence[sa.Row[Any]]) -> dict[str, str]:
     """Disabled reasons of picked rows whose URL is too long to match ``endpoints`` in SQL."""
     keys = {endpoint_key(r.url) for r in picked if len(r.url) > MAX_ENDPOINT_URL_CHARS}
     if not keys:
@@ -252,7 +252,7 @@ async def _long_url_reasons(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]
     return {row.url: row.reason for row in await conn.execute(query)}
 
 
-async def _settle_unsendable(conn: AsyncConnection, picked: Sequence[sa.Row[Any]]) -> set[int]:
+async def _settle_unsendable(conn: Connection, picked: Sequence[sa.Row[Any]]) -> set[int]:
     settled: set[int] = set()
     long_urls = await _long_url_reasons(conn, picked)
     for row in picked:
@@ -328,7 +328,7 @@ _WAITING = (
 )
 
 
-async def _disable(conn: AsyncConnection, url: str, now: datetime) -> None:
+async def _disable(conn: Connection, url: str, now: datetime) -> None:
     """Disable ``url`` (410 Gone) and kill its other pending, unleased rows."""
     reason = f"the endpoint answered 410 Gone at {now.isoformat()}"
     insert = db.dialect_insert(conn)

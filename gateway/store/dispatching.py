@@ -34,12 +34,12 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.store import lease
+from gateway.store.aio import Connection, Engine
 from gateway.store.ordering import lock_key
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE
@@ -121,7 +121,7 @@ class DispatchClaims(lease.Leasing):
     """The dispatcher's claim (see the module docstring)."""
 
     def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+        self, engine: Engine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
@@ -212,7 +212,7 @@ class DispatchClaims(lease.Leasing):
         return found if rank is None else sorted(found, key=lambda job: rank[job.id])
 
     async def _in_flight(
-        self, conn: AsyncConnection, provider: str, now: datetime, max_concurrency: int,
+        self, conn: Connection, provider: str, now: datetime, max_concurrency: int,
         lost_is_idle: bool,
     ) -> int:
         """The provider's jobs in flight, or on SQLite a number no smaller when that leaves
@@ -228,7 +228,7 @@ class DispatchClaims(lease.Leasing):
         return int((await conn.execute(_in_flight(provider, now, lost_is_idle))).scalar_one())
 
     async def _candidates(
-        self, conn: AsyncConnection, waiting: list[Any], per_owner: int
+        self, conn: Connection, waiting: list[Any], per_owner: int
     ) -> list[Candidate]:
         position = sa.func.row_number().over(
             partition_by=jobs.c.owner,

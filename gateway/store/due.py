@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, JobState
+from gateway.store.aio import Engine
 from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
@@ -69,13 +69,13 @@ class Due:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     fast : bool
         Whether SQLite's lock-free reader answers (else always the engine).
     """
 
-    def __init__(self, engine: AsyncEngine, *, fast: bool = True) -> None:
+    def __init__(self, engine: Engine, *, fast: bool = True) -> None:
         self._engine = engine
         self._reads = SqliteReads(engine) if fast else None
 

@@ -41,11 +41,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import db, lease
+from gateway.store.aio import Engine
 from gateway.store.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.group import Group
 from gateway.store.reader import SqliteReads
@@ -127,7 +127,7 @@ class ProviderEvents(lease.Leasing):
     """
 
     def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+        self, engine: Engine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)

@@ -31,9 +31,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gateway.store import checkpoint, db
+from gateway.store.aio import Engine
 
 __all__ = ["FastWrites", "in_list", "sqlite_time"]
 
@@ -54,12 +53,12 @@ class FastWrites:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine: its database is written to, and its statements' listeners
         are checked before each run.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         url = engine.url
         is_file = engine.dialect.name == "sqlite" and url.database not in (None, "", ":memory:")
         self._path: str | None = url.database if is_file else None

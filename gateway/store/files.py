@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store.aio import Engine
 from gateway.store.schema import files
 
 __all__ = ["FileRecord", "FileStore"]
@@ -44,7 +44,7 @@ def _record(row: Any) -> FileRecord:
 class FileStore:
     """Insert, read, list, delete and expire file rows."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     async def insert(self, record: FileRecord) -> None:

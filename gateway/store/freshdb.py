@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from gateway.store.aio import Connection
 
 __all__ = ["SCRIPT", "create_at_head", "render", "script"]
 
@@ -46,7 +46,7 @@ def script(path: Path = SCRIPT) -> tuple[str | None, list[str]]:
     return revision, [s.strip() for s in body.split(";\n") if s.strip()]
 
 
-async def create_at_head(connection: AsyncConnection, head: str | None) -> bool:
+async def create_at_head(connection: Connection, head: str | None) -> bool:
     """Create the schema at ``head`` on ``connection`` (SQLite, inside its transaction)
     when the database has no table yet and the script is at ``head``; False (nothing
     done) otherwise, and the caller runs the migrations."""

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.store.aio import Connection
 
 __all__ = ["Group", "update_rows"]
 
@@ -140,7 +141,7 @@ Row = tuple[dict[str, Any], dict[str, Any]]
 """One row to update: ``({column: value} it must match, {column: new value})``."""
 
 
-async def update_rows(conn: AsyncConnection, table: sa.Table, rows: Sequence[Row]) -> None:
+async def update_rows(conn: Connection, table: sa.Table, rows: Sequence[Row]) -> None:
     """Update many rows, each with its own values, in one ``UPDATE`` per shape (the set of
     columns matched and written), executed for all its rows at once. The written columns
     are bound under their own names (the ``SET`` clause follows the parameters' keys)."""

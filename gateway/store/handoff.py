@@ -24,9 +24,9 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.replicate import WebhookEvent
+from gateway.store.aio import Connection
 from gateway.store.deliveries import OutboxRow, endpoint_key
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints, outbox
@@ -85,7 +85,7 @@ class Handoff:
         self._lease = timedelta(seconds=lease_s)
 
     async def lease(
-        self, conn: AsyncConnection, rows: list[dict[str, Any]], now: datetime, handed: Handed
+        self, conn: Connection, rows: list[dict[str, Any]], now: datetime, handed: Handed
     ) -> list[dict[str, Any]]:
         """Lease the rows (outbox values, about to be inserted by ``conn``'s transaction)
         that can go at once; return those, now with their lease. Every row gets the

@@ -15,13 +15,13 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import Conflict, NotFound
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
 from gateway.store import errors, outbox
+from gateway.store.aio import Connection, Engine
 from gateway.store.claims import Claims
 from gateway.store.handoff import Handoff
 from gateway.store.ordering import moves_back, outcome_values, progress_values
@@ -54,7 +54,7 @@ class JobStore(Claims):
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     planner : outbox.Planner
         Decides which outbound webhook events a transition causes.
@@ -68,7 +68,7 @@ class JobStore(Claims):
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         *,
         planner: outbox.Planner,
         owner: str,
@@ -85,7 +85,7 @@ class JobStore(Claims):
         self._planner.handoff = handoff
 
     @property
-    def engine(self) -> AsyncEngine:
+    def engine(self) -> Engine:
         """The engine, for tests that inspect or rewrite rows (the gateway never asks)."""
         return self._engine
 
@@ -332,7 +332,7 @@ class JobStore(Claims):
         job_id: str,
         decide: Callable[[Job], dict[str, Any] | None],
         allowed: list[str],
-        also: Callable[[AsyncConnection], Awaitable[object]] | None = None,
+        also: Callable[[Connection], Awaitable[object]] | None = None,
     ) -> Job | None:
         """One guarded write, committed with the writes that arrive together
         (:mod:`gateway.store.writes`)."""
@@ -363,7 +363,7 @@ class JobStore(Claims):
         def decide(old: Job) -> dict[str, Any] | None:
             return None if old.state.terminal else outcome_values(old, outcome, self._clock.now())
 
-        async def record_assets(conn: AsyncConnection) -> None:
+        async def record_assets(conn: Connection) -> None:
             if outcome.assets:
                 now = self._clock.now()
                 await conn.execute(

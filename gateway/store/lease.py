@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.store.aio import Connection, Engine
 
 __all__ = ["Leasing", "claim", "lease", "release_rows", "unleased"]
 
@@ -26,7 +26,7 @@ class Leasing:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     owner : str
         This process's lease owner id.
@@ -37,7 +37,7 @@ class Leasing:
     """
 
     def __init__(
-        self, engine: AsyncEngine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
+        self, engine: Engine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         self._engine = engine
         self._owner = owner
@@ -54,7 +54,7 @@ def unleased(
 
 
 async def lease(
-    conn: AsyncConnection,
+    conn: Connection,
     table: sa.Table,
     ids: Sequence[Any],
     *,
@@ -79,7 +79,7 @@ async def lease(
 
 
 async def claim(
-    conn: AsyncConnection, table: sa.Table, due: sa.Select[Any], *, owner: str, until: datetime,
+    conn: Connection, table: sa.Table, due: sa.Select[Any], *, owner: str, until: datetime,
     **values: Any,
 ) -> list[sa.Row[Any]]:
     """Lock the ids ``due`` selects (skipping locked rows) and :func:`lease` them (setting

@@ -29,12 +29,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
 from gateway import logs
 from gateway.http import wire
+from gateway.store.aio import Connection
 from gateway.store.errors import ValueRefused
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
@@ -197,7 +197,7 @@ class Planner:
 
     async def write_many(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         transitions: list[tuple[Job, Job, Plan]],
         now: datetime,
         handed: Handed | None = None,
@@ -245,7 +245,7 @@ class Planner:
         return coalesced + len(rows)
 
     async def _coalesce(
-        self, conn: AsyncConnection, job: Job, event: WebhookEvent, payload: str, now: datetime
+        self, conn: Connection, job: Job, event: WebhookEvent, payload: str, now: datetime
     ) -> int:
         waiting = (
             await conn.execute(
@@ -275,7 +275,7 @@ class Planner:
 
     async def _insert(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         job: Job,
         event: WebhookEvent,
         payload: str,

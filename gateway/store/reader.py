@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import Job
 from gateway.route import HIDDEN_ARMS
+from gateway.store.aio import Engine
 from gateway.store.schema import UTCDateTime, jobs
 
 __all__ = ["GET_JOB", "JobReader", "SqliteReads", "job_of"]
@@ -82,7 +82,7 @@ class SqliteReads:
     busy): the caller then asks the engine. No I/O until the first read.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         url = engine.url
         is_file = engine.dialect.name == "sqlite" and url.database not in (None, "", ":memory:")
         self._path: str | None = url.database if is_file else None

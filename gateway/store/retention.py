@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import TERMINAL_STATES
+from gateway.store.aio import Engine
 from gateway.store.schema import assets, jobs, outbox, provider_events, shadow_comparisons
 
 __all__ = ["RetentionStore"]
@@ -24,7 +24,7 @@ _FINISHED = sorted(TERMINAL_STATES)
 class RetentionStore:
     """The pruning statements; every method is bounded by ``limit``."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     async def prune_outbox(self, before: datetime, limit: int) -> int:

@@ -21,13 +21,13 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import ContractViolation, NotFound
 from contracts.job import JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.guard import Sample
 from gateway.route import AuditEntry, RouteSpec, change_problem
+from gateway.store.aio import Connection, Engine
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import jobs, route_changes, routes
 
@@ -68,13 +68,13 @@ class RouteBook:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     clock : Clock
         Injected time source.
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
         self._fast = SqliteReads(engine)  # the version poll takes no lock on SQLite
@@ -220,7 +220,7 @@ class RouteBook:
             for r in rows
         ]
 
-    async def _row(self, conn: AsyncConnection, key: str, lock: bool = False) -> Any:
+    async def _row(self, conn: Connection, key: str, lock: bool = False) -> Any:
         query = sa.select(routes).where(routes.c.key == key)
         if lock:
             query = query.with_for_update()
@@ -228,7 +228,7 @@ class RouteBook:
 
     async def _audit(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         key: str,
         who: str,
         action: str,

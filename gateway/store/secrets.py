@@ -7,16 +7,16 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.store.aio import Engine
 from gateway.store.schema import secrets
 
 __all__ = ["get_or_create"]
 
 
 async def get_or_create(
-    engine: AsyncEngine, name: str, generate: Callable[[], str], *, clock: Clock = SYSTEM_CLOCK
+    engine: Engine, name: str, generate: Callable[[], str], *, clock: Clock = SYSTEM_CLOCK
 ) -> str:
     """The secret stored under ``name``; the first caller stores ``generate()``.
 

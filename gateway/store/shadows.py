@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
 from gateway.store import db, lease
+from gateway.store.aio import Engine
 from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.schema import assets, jobs, shadow_comparisons
 
@@ -89,7 +89,7 @@ def _job(row: Any) -> Job:
 class ShadowStore:
     """Reads of shadow jobs (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._engine = engine
         self._clock = clock
 

@@ -20,12 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from contracts.errors import ServiceUnavailable
 from contracts.job import Job
 from gateway.clock import Clock
 from gateway.store import ordering, outbox
+from gateway.store.aio import Connection, Engine
 from gateway.store.group import Group, update_rows
 from gateway.store.handoff import Handed
 from gateway.store.reader import SqliteReads, job_of
@@ -48,7 +48,7 @@ class Write:
     job_id: str
     decide: Callable[[Job], dict[str, Any] | None]
     allowed: Sequence[str]
-    also: Callable[[AsyncConnection], Awaitable[object]] | None = None
+    also: Callable[[Connection], Awaitable[object]] | None = None
 
 
 @dataclass
@@ -67,7 +67,7 @@ class JobWrites:
 
     Parameters
     ----------
-    engine : AsyncEngine
+    engine : Engine
         The process's engine (owned by the caller).
     planner : outbox.Planner
         Decides which outbound webhook events a transition causes.
@@ -78,7 +78,7 @@ class JobWrites:
     """
 
     def __init__(
-        self, engine: AsyncEngine, planner: outbox.Planner, reads: SqliteReads, clock: Clock
+        self, engine: Engine, planner: outbox.Planner, reads: SqliteReads, clock: Clock
     ) -> None:
         self._engine = engine
         self._planner = planner
@@ -212,7 +212,7 @@ class JobWrites:
         async with self._engine.connect() as conn:
             return await _select(conn, ids, lock=False), None
 
-    async def _unchanged(self, conn: AsyncConnection, ready: list[_Ready]) -> set[str]:
+    async def _unchanged(self, conn: Connection, ready: list[_Ready]) -> set[str]:
         """The ids of the jobs the transaction ``conn`` holds, locked, as they were read.
         On SQLite, once ``BEGIN IMMEDIATE`` has run no connection can commit until this
         transaction ends, and it has written nothing yet: the lock-free reader sees what
@@ -262,7 +262,7 @@ _READ = sa.select(*_MODEL_COLUMNS).where(jobs.c.id.in_(_IDS)).order_by(jobs.c.id
 _LOCK = _READ.with_for_update(key_share=True)
 
 
-async def _select(conn: AsyncConnection, ids: list[str], *, lock: bool) -> dict[str, Job]:
+async def _select(conn: Connection, ids: list[str], *, lock: bool) -> dict[str, Job]:
     rows = await conn.execute(_LOCK if lock else _READ, {"ids": ids})
     return {row.id: job_from_row(row) for row in rows}
 
@@ -292,7 +292,7 @@ def _stored_as_given(values: dict[str, Any]) -> bool:
     return all(name in jobs.c and _plain(jobs.c[name], v) for name, v in values.items())
 
 
-async def _update(conn: AsyncConnection, going: list[_Ready]) -> None:
+async def _update(conn: Connection, going: list[_Ready]) -> None:
     """The state the row was read in is the guard: the row is locked and was just
     checked unchanged."""
     rows = [({"id": i.old.id, "state": i.old.state.value}, i.values) for i in going]

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store.aio import Engine
 from tests.support.gateway import GatewayHarness
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
 Statement = Callable[[str, dict[str, Any]], bool]
 
 
-def engine_of(gateway: GatewayHarness) -> AsyncEngine:
+def engine_of(gateway: GatewayHarness) -> Engine:
     """The engine of the app under test (the one place tests reach for it)."""
     return gateway.store.engine
 
@@ -121,7 +121,7 @@ class StoreFaults:
     each statement with probability ``rate``. ``raised`` counts the errors raised.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._sync = engine.sync_engine
         self._rules: list[list[Any]] = []
         self._down = False

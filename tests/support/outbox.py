@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from contracts.job import JobState
 from gateway.app import LOOPS
+from gateway.store.aio import Engine
 from gateway.store.schema import outbox
 from gateway.webhooks.delivery import Delivery
 from tests.support.gateway import VERSION, GatewayHarness
@@ -17,7 +17,7 @@ from tests.support.gateway import VERSION, GatewayHarness
 __all__ = ["delivery_loop", "events_loop", "make_due", "observe", "outbox_rows", "start_job"]
 
 
-async def outbox_rows(engine: AsyncEngine, job_id: str | None = None) -> list[sa.Row[Any]]:
+async def outbox_rows(engine: Engine, job_id: str | None = None) -> list[sa.Row[Any]]:
     """Every outbox row (of one job), by id."""
     query = sa.select(outbox).order_by(outbox.c.id)
     if job_id is not None:
@@ -26,7 +26,7 @@ async def outbox_rows(engine: AsyncEngine, job_id: str | None = None) -> list[sa
         return list((await conn.execute(query)).all())
 
 
-async def make_due(engine: AsyncEngine) -> int:
+async def make_due(engine: Engine) -> int:
     """Make every pending row due now (instead of sleeping through its backoff)."""
     past = datetime.now(UTC) - timedelta(seconds=1)
     async with engine.begin() as conn:

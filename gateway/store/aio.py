@@ -1,0 +1,240 @@
+"""The store's asyncio engine: SQLAlchemy Core driven from the event loop, without
+``sqlalchemy.ext.asyncio``.
+
+Why this exists: the package ``sqlalchemy.ext.asyncio`` imports ``AsyncSession`` and with
+it the whole ORM (``sqlalchemy.orm``), which the store never uses; that import was 8 %
+of ``cutover serve``'s instructions to a listening socket (docs/benchmarks.md,
+"Start-up"). The store needs only a small part of ``AsyncEngine``, which this module
+provides the way ``sqlalchemy.ext.asyncio`` itself does:
+
+* :func:`create_engine` builds a Core :class:`sqlalchemy.engine.Engine` as
+  ``create_async_engine`` does: ``create_engine(url, _is_async=True)`` (the asyncio
+  dialect of the URL, ``aiosqlite`` or ``asyncpg``, and its asyncio-adapted pool), with
+  ``async_creator`` wrapped into the dialect's DBAPI ``connect``;
+* every call that may do I/O (connect, begin, execute, commit or roll back, close,
+  dispose) runs through ``sqlalchemy.util.concurrency.greenlet_spawn``, so the dialect's
+  ``await_`` suspends it on the event loop;
+* results come back buffered: both dialects fetch a statement's rows when it executes
+  (no server-side cursors here), and the driver's cursor is closed before the result is
+  returned, as ``AsyncConnection.execute`` does, so reading a
+  :class:`sqlalchemy.engine.CursorResult` never waits.
+
+It leans on names SQLAlchemy does not document as public: ``create_engine``'s
+``_is_async`` argument, ``sqlalchemy.util.concurrency.greenlet_spawn`` and the adapted
+cursor's ``_async_soft_close()`` (2.0.44 and later), so
+``pyproject.toml`` pins SQLAlchemy to ``>=2.0.44,<2.2`` (tested with 2.1.9).
+``tests/integration/test_store_aio.py`` runs what the store relies on, on SQLite and
+PostgreSQL; the whole store suite runs through this module.
+
+Usage (the subset of ``AsyncEngine``/``AsyncConnection`` the store uses, same names)::
+
+    engine = create_engine("sqlite+aiosqlite:///cutover.db")
+    async with engine.begin() as conn:          # one transaction, committed on success
+        await conn.execute(table.insert().values(...))
+    async with engine.connect() as conn:        # no transaction opened by us
+        rows = (await conn.execute(select(...))).all()
+    await engine.dispose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, CursorResult, Dialect, RootTransaction
+from sqlalchemy.util.concurrency import greenlet_spawn
+
+__all__ = ["Connection", "Engine", "create_engine"]
+
+T = TypeVar("T")
+if TYPE_CHECKING:  # SQLAlchemy 2.1 types rows with a TypeVarTuple, 2.0 with a TypeVar
+    Result: TypeAlias = CursorResult[*tuple[Any, ...]]
+    """What :meth:`Connection.execute` returns: a buffered Core result of any row shape."""
+
+
+def create_engine(
+    url: str | URL, *, async_creator: Callable[[], Any] | None = None, **kw: Any
+) -> Engine:
+    """An :class:`Engine` for an asyncio dialect's ``url`` (``sqlite+aiosqlite://``,
+    ``postgresql+asyncpg://``); ``kw`` are :func:`sqlalchemy.create_engine`'s (pool size,
+    timeouts, ``connect_args``). ``async_creator`` (no arguments, returns an awaitable of
+    the driver's connection) replaces the driver's own ``connect``, as in
+    ``create_async_engine``. No connection is opened here.
+
+    Raises :class:`sqlalchemy.exc.ArgumentError` for a URL SQLAlchemy cannot parse or
+    whose dialect has no asyncio variant (``create_engine``'s own errors).
+    """
+    if async_creator is not None:
+
+        def creator() -> Any:
+            return sync_engine.dialect.dbapi.connect(  # type: ignore[union-attr]
+                async_creator_fn=async_creator
+            )
+
+        kw["creator"] = creator
+    sync_engine = sa.create_engine(url, _is_async=True, **kw)
+    return Engine(sync_engine)
+
+
+class Engine:
+    """The process's engine (``AsyncEngine``'s part the store uses). ``sync_engine`` is
+    the Core engine underneath: its events (``connect``, ``begin``, ``commit``) are where
+    listeners go."""
+
+    __slots__ = ("__weakref__", "sync_engine")
+
+    def __init__(self, sync_engine: sa.Engine) -> None:
+        self.sync_engine = sync_engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.sync_engine.dialect
+
+    @property
+    def url(self) -> URL:
+        return self.sync_engine.url
+
+    def connect(self) -> Connection:
+        """A connection from the pool for ``async with``: no transaction is begun by
+        this module (SQLAlchemy autobegins one at the first statement, as ever), and
+        whatever is open is rolled back when the block ends."""
+        return Connection(self)
+
+    def begin(self) -> _Begin:
+        """A connection in a transaction for ``async with``: committed when the block
+        ends normally, rolled back when it raises (``AsyncEngine.begin()``)."""
+        return _Begin(self)
+
+    async def dispose(self) -> None:
+        """Close the pool's connections (checked-out ones close when returned)."""
+        await greenlet_spawn(self.sync_engine.dispose)
+
+
+class Connection:
+    """One pooled connection (``AsyncConnection``'s part the store uses); entered with
+    ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
+
+    __slots__ = ("engine", "sync_connection")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sync_connection: sa.Connection | None = None
+
+    async def __aenter__(self) -> Connection:
+        self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
+        return self
+
+    async def __aexit__(
+        self, type_: type[BaseException] | None, value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await _run_to_completion(self.close())
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.engine.sync_engine.dialect
+
+    def _sync(self) -> sa.Connection:
+        if self.sync_connection is None:
+            raise sa.exc.InvalidRequestError("the connection is not entered (async with)")
+        return self.sync_connection
+
+    def in_transaction(self) -> bool:
+        return self._sync().in_transaction()
+
+    async def execute(
+        self, statement: sa.Executable, parameters: Any = None,
+        execution_options: Any = None,
+    ) -> Result:
+        """``statement`` with ``parameters`` (a dict, or a list of dicts: executemany);
+        the result is buffered (see the module docstring)."""
+        result = await greenlet_spawn(
+            self._sync().execute, statement, parameters, execution_options=execution_options
+        )
+        return await _buffered(result)
+
+    async def exec_driver_sql(
+        self, statement: str, parameters: Any = None, execution_options: Any = None
+    ) -> Result:
+        """A driver-level SQL string (the driver's parameter style), result buffered."""
+        result = await greenlet_spawn(
+            self._sync().exec_driver_sql, statement, parameters, execution_options
+        )
+        return await _buffered(result)
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """``fn(sync_connection, *args, **kw)`` with its I/O on the event loop (alembic's
+        migrations, inspection)."""
+        return await greenlet_spawn(fn, self._sync(), *args, **kw)
+
+    async def close(self) -> None:
+        """Roll back whatever is open and return the connection to the pool."""
+        if self.sync_connection is not None:
+            await greenlet_spawn(self.sync_connection.close)
+
+
+class _Begin:
+    """``engine.begin()``: the connection, and its root transaction."""
+
+    __slots__ = ("_connection", "_transaction")
+
+    def __init__(self, engine: Engine) -> None:
+        self._connection = Connection(engine)
+        self._transaction: RootTransaction | None = None
+
+    async def __aenter__(self) -> Connection:
+        conn = await self._connection.__aenter__()
+        try:
+            self._transaction = await greenlet_spawn(_enter_transaction, conn._sync())
+        except BaseException:
+            await _run_to_completion(conn.close())
+            raise
+        return conn
+
+    async def __aexit__(
+        self, type_: type[BaseException] | None, value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            if self._transaction is not None:  # commit, or roll back on an exception
+                await greenlet_spawn(self._transaction.__exit__, type_, value, traceback)
+        finally:
+            await _run_to_completion(self._connection.close())
+
+
+def _enter_transaction(connection: sa.Connection) -> RootTransaction:
+    return connection.begin().__enter__()
+
+
+async def _buffered(result: Result) -> Result:
+    """Close the driver's cursor of a result whose rows are already fetched (what
+    ``sqlalchemy.ext.asyncio`` does before handing a result over: reading it later, off
+    the greenlet, could not await the cursor's close)."""
+    cursor = result.cursor
+    if cursor is not None:
+        await cursor._async_soft_close()
+    return result
+
+
+async def _run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a clean-up (a connection's close) to its end even when the caller is
+    cancelled meanwhile; the cancellation is raised once it is done (as
+    ``sqlalchemy.ext.asyncio`` closes connections: a close abandoned halfway could hand
+    the connection back to a pool disposed of in between)."""
+    task = asyncio.ensure_future(coro)
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError as err:
+            if task.done():
+                raise
+            cancelled = err
+        else:
+            break
+    if cancelled is not None:
+        raise cancelled
+    return result

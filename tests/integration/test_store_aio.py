@@ -1,0 +1,123 @@
+"""The store's asyncio engine (gateway/store/aio.py), made as the gateway makes it
+(:func:`gateway.store.db.create_engine`), on SQLite and PostgreSQL: what the store relies on
+from it: a transaction committed or rolled back with its block, nothing kept that was not
+committed, results readable after the connection went back, executemany, ``run_sync``, and a
+cancelled block handing its connection back to the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.store import aio, db, errors
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[aio.Engine]:
+    engine = db.create_engine(database_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def table(engine: aio.Engine) -> AsyncIterator[sa.Table]:
+    """A table of this test's own (the PostgreSQL database is shared by the session)."""
+    probe = sa.Table(
+        f"aio_probe_{secrets.token_hex(4)}", sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True), sa.Column("name", sa.Text),
+    )
+    async with engine.begin() as conn:
+        await conn.run_sync(probe.create)
+    yield probe
+    async with engine.begin() as conn:
+        await conn.run_sync(probe.drop)
+
+
+async def names(engine: aio.Engine, table: sa.Table) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(sa.select(table.c.name).order_by(table.c.id))).scalars())
+
+
+async def test_begin_commits_when_the_block_ends(engine: aio.Engine, table: sa.Table) -> None:
+    async with engine.begin() as conn:
+        assert conn.in_transaction()
+        await conn.execute(table.insert().values(id=1, name="kept"))
+    assert await names(engine, table) == ["kept"]
+
+
+async def test_begin_rolls_back_when_the_block_raises(engine: aio.Engine, table: sa.Table) -> None:
+    with pytest.raises(RuntimeError, match="after the insert"):
+        async with engine.begin() as conn:
+            await conn.execute(table.insert().values(id=1, name="gone"))
+            raise RuntimeError("after the insert")
+    assert await names(engine, table) == []
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_connect_keeps_nothing_it_did_not_commit(
+    engine: aio.Engine, table: sa.Table
+) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(table.insert().values(id=1, name="never committed"))
+        assert conn.in_transaction()  # begun by the statement
+    assert await names(engine, table) == []
+
+
+async def test_a_refused_statement_raises_the_database_error_and_keeps_nothing(
+    engine: aio.Engine, table: sa.Table
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(table.insert().values(id=1, name="first"))
+    with pytest.raises(sa.exc.IntegrityError) as raised:
+        async with engine.begin() as conn:
+            await conn.execute(table.insert().values(id=2, name="second"))
+            await conn.execute(table.insert().values(id=1, name="same key"))
+    assert errors.refused(raised.value)
+    assert await names(engine, table) == ["first"]
+
+
+async def test_results_are_read_after_the_connection_went_back(
+    engine: aio.Engine, table: sa.Table
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(table.insert(), [{"id": i, "name": f"n{i}"} for i in range(3)])
+    async with engine.connect() as conn:
+        result = await conn.execute(sa.select(table.c.id, table.c.name).order_by(table.c.id))
+        raw = await conn.exec_driver_sql(f"SELECT count(*) FROM {table.name}")
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert [tuple(row) for row in result] == [(0, "n0"), (1, "n1"), (2, "n2")]
+    assert raw.scalar_one() == 3
+
+
+async def test_run_sync_runs_a_sync_function_on_the_connection(
+    engine: aio.Engine, table: sa.Table
+) -> None:
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda sync, name: sa.inspect(sync).has_table(name),
+                                    table.name)
+    assert found is True
+
+
+async def test_a_cancelled_block_hands_its_connection_back(
+    engine: aio.Engine, table: sa.Table
+) -> None:
+    inside, never = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(table.insert().values(id=1, name="cancelled"))
+            inside.set()
+            await never.wait()
+
+    task = asyncio.ensure_future(hold())
+    await inside.wait()
+    assert engine.sync_engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert await names(engine, table) == []  # rolled back, and the pool serves again
