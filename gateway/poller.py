@@ -129,6 +129,8 @@ class Poller(Loop):
             return
         if snapshot.lost and not await self._lost_for_good(job, provider, snapshot):
             return
+        if not snapshot.lost and job.lost_at is not None:  # found after all: not lost
+            await self._store.mark_found(job.id)
         if snapshot.state.terminal:
             await self._finalizer.finalize(job, snapshot)
             return

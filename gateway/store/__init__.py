@@ -31,6 +31,7 @@ claim_fetch        active; submitted, due, not    -            lease_owner, leas
 release            active; this process's lease   -            lease, next_attempt_at
 postpone_check     active; submitted              -            next_attempt_at
 mark_lost          active; lost_at unset          -            lost_at
+mark_found         active; lost_at set            -            lost_at (unset)
 mark_submitted     active                         queued,      provider_job_id, submitted_at,
                                                   running      next_attempt_at, lease, and
                                                   (forward)    apply_progress's columns

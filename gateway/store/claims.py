@@ -99,6 +99,17 @@ class Claims(DispatchClaims):
                 await conn.execute(sa.select(jobs.c.lost_at).where(jobs.c.id == job_id))
             ).scalar_one()
 
+    async def mark_found(self, job_id: str) -> None:
+        """Forget that the provider was found not to know the job: a later fetch found it
+        (another process holds an OpenAI-compatible call; Cog's probe erred). The next
+        "lost" starts the grace afresh, and the job holds its slot again."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                jobs.update()
+                .where(jobs.c.id == job_id, jobs.c.state.in_(_ACTIVE), jobs.c.lost_at.is_not(None))
+                .values(lost_at=None, updated_at=self._clock.now())
+            )
+
     async def has_unprocessed_events(self, job_id: str) -> bool:
         """Whether provider events for ``job_id`` are stored but not yet applied."""
         query = sa.select(provider_events.c.id).where(

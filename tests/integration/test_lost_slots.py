@@ -76,3 +76,41 @@ async def test_a_call_held_by_another_process_keeps_its_slot(
             await _succeeded(holder, second["id"])
         finally:
             server.gate.set()
+
+
+async def test_a_call_longer_than_the_grace_is_not_failed_by_another_process_while_held(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other process finds the call lost at each poll, and the holder finds it in
+    flight: the holder's poll says it is not lost, so the other never reaches
+    ``lost_grace_s`` (the call timeout) while the holder lives. A streamed call has no
+    overall deadline (the timeout is per read), so a long generation outlived the grace
+    and the other process failed it, 'held by a gateway process that no longer holds
+    it', while the holder streamed on; its answer was then dropped."""
+    monkeypatch.setenv(TOKEN_ENV, OPENAI_TOKEN)
+    async with FakeOpenAI(token=OPENAI_TOKEN) as server:
+        server.gate = asyncio.Event()  # the call runs until the test opens it
+        sections = {
+            "providers": {"oa": {
+                "kind": "openai", "base_url": f"{server.url}/v1", "token_env": TOKEN_ENV,
+                "request_timeout_s": 10.0, "fetch_interval_s": 1.0, "fetch_max_interval_s": 1.0,
+            }},
+            "routes": [{"model": "acme/echo", "version": VERSION, "provider": "oa",
+                        "target": "echo-1"}],
+        }
+        holder, other = await make_gateway(**sections), await make_gateway(**sections)
+        try:
+            made = await holder.create({"version": VERSION, "input": {"prompt": "long one"}})
+            assert await _loop(holder, "dispatcher").run_once() == 1
+            await wait_until(lambda: _running(server) == 1, what="the call held")
+            for _ in range(3):  # 3 x 7 s: twice the grace, polled by each in turn
+                for gateway, step_s in ((other, 5.0), (holder, 2.0)):
+                    for both in (holder, other):
+                        both.clock.advance(step_s)
+                    polled = await _loop(gateway, "poller").run_once()
+                    assert (await other.get(made["id"]))["status"] == "processing"
+                    assert polled == 1
+            server.gate.set()
+            await _succeeded(holder, made["id"])
+        finally:
+            server.gate.set()
