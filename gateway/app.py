@@ -68,7 +68,7 @@ from gateway.store.reader import JobReader
 from gateway.store.retention import RetentionStore
 from gateway.validation import Schemas
 from gateway.watch import Watcher
-from gateway.webhooks import delivery, retry, signing, ssrf
+from gateway.webhooks import delivery, post, retry, signing, ssrf
 from gateway.webhooks.deadletter import DeadLetters
 
 __all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve", "signing_secret"]
@@ -281,7 +281,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
 
 async def _webhook_http(app: web.Application) -> AsyncIterator[None]:
     hooks = app[keys.SETTINGS].webhooks
-    async with delivery.open_session(
+    async with post.open_session(
         app[WEBHOOK_POLICY], timeout_s=hooks.timeout_s, max_concurrency=hooks.max_concurrency
     ) as session:
         app[_WEBHOOK_HTTP] = session

@@ -9,7 +9,8 @@ marks share a transaction), or releases it for a later retry; both only while it
 holds the lease (a process whose lease ran out must not settle an event another process
 now holds). While a round applies its events (a terminal one copies the outputs, which
 may take longer than a lease), :meth:`ProviderEvents.holding` renews their leases every
-quarter of a lease, so no other process claims and applies them meanwhile.
+quarter of a lease, so no other process claims and applies them meanwhile
+(:mod:`gateway.store.heartbeat`).
 
 An event stored by this process is stored already leased to it and handed to the
 processor in memory (:meth:`ProviderEvents.claim` returns those first): no claim
@@ -23,7 +24,8 @@ process to claim at once.
 Per job, events are applied in the order they were stored (by id; docs/lifecycle.md,
 "Order of a job's provider events"): an event is not claimed, or taken from memory, while
 an earlier unprocessed event of its job is held by another process or waits (for a
-retry's backoff, or for a claim); it waits in the store until then.
+retry's backoff, or for a claim); it waits in the store until then
+(:mod:`gateway.store.eventorder`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import sqlite3
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,17 +45,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import db, lease
+from gateway.store import db, eventorder, lease
 from gateway.store.aio import Engine
 from gateway.store.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.group import Group
+from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events
 
 __all__ = ["ProviderEvent", "ProviderEvents"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,6 @@ _Checks = dict[tuple[str, str], "datetime | None"]  # (job id, event key) -> che
 MAX_HANDED = 1024  # events held in memory for the processor; more wait in the store
 STORE_EVERY_S = 1.0  # the store's events are claimed at least this often (ProviderEvents.claim)
 STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
-RENEWALS_PER_LEASE = 4  # a round's leases are renewed every lease_s / 4 while it applies
 _KEPT_SHARE = 1 - 1 / RENEWALS_PER_LEASE  # a lease with this share left lasts till a renewal
 _ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
 _UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
@@ -94,25 +93,6 @@ _POSTPONE = (
         jobs.c.next_attempt_at < _UNTIL,
     )
     .values(next_attempt_at=_UNTIL)
-)
-
-
-# An event some claim would take now: unleased, and no earlier unprocessed event of its job
-# is leased (held, or waiting for a retry). On PostgreSQL a claim also passes over one
-# whose earlier event another claim has locked (ProviderEvents._claim_stored).
-_CLAIMABLE_SQL = (
-    "SELECT 1 FROM provider_events AS p WHERE p.processed_at IS NULL"
-    " AND (p.leased_until IS NULL OR p.leased_until < ?) AND NOT EXISTS ("
-    "SELECT 1 FROM provider_events AS e WHERE e.job_id = p.job_id AND e.id < p.id"
-    " AND e.processed_at IS NULL AND e.leased_until >= ?) LIMIT 1"
-)
-_EARLIER = provider_events.alias("earlier")
-# Whether an unprocessed event of these jobs, before the newest of these events and not one
-# of them, is not held here now: it may hold one of them back (ProviderEvents._take_handed).
-_HELD_BACK_SQL = (
-    "SELECT 1 FROM provider_events WHERE job_id IN ({jobs}) AND processed_at IS NULL"
-    " AND id < ? AND id NOT IN ({ids})"
-    " AND (lease_owner IS NULL OR lease_owner != ? OR leased_until < ?) LIMIT 1"
 )
 
 
@@ -135,7 +115,8 @@ class ProviderEvents(lease.Leasing):
         self._reads = SqliteReads(engine)
         self._fast = FastWrites(engine)  # the hot transactions on SQLite (store/fastwrite.py)
         self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
-        self._applying: dict[int, str] = {}  # event id -> job id, while a round applies it
+        self._heartbeat = Heartbeat(engine, self._held, lease_length=self._lease_length,
+                                    clock=clock)
         self._store_due = datetime.min.replace(tzinfo=UTC)  # when the store is next asked
 
     async def add(
@@ -228,7 +209,7 @@ class ProviderEvents(lease.Leasing):
         else:  # a quarter of the round is kept for the store's
             handed = await self._take_handed(limit - max(1, limit // 4), now)
         self._store_due = now + STORE_EVERY
-        if self._reads.exists(_CLAIMABLE_SQL, (now, now)) is False:
+        if self._reads.exists(eventorder.CLAIMABLE_SQL, (now, now)) is False:
             return handed  # nothing to claim: no write transaction (SQLite, store/reader.py)
         return handed + await self._claim_stored(limit - len(handed), now)
 
@@ -255,10 +236,7 @@ class ProviderEvents(lease.Leasing):
                 provider_events.c.id < ids[-1],
                 provider_events.c.id.not_in(ids),
             )
-            first_held: dict[str, int] = {}
-            for other in await conn.execute(others):
-                first_held[other.job_id] = min(other.id, first_held.get(other.job_id, other.id))
-            free = [c.id for c in candidates if c.id < first_held.get(c.job_id, c.id + 1)]
+            free = eventorder.free_of_earlier(candidates, await conn.execute(others))
             rows = await lease.lease(
                 conn, provider_events, free, owner=self._owner, until=now + self._lease_length
             )
@@ -283,62 +261,23 @@ class ProviderEvents(lease.Leasing):
         taken = [event for _, event in pairs]
         ids = [e.id for e in taken]
         fresh = min(end for end, _ in pairs) - now >= self._lease_length * _KEPT_SHARE
-        if fresh and not await self._may_be_held_back(taken, now):
+        owner = self._owner
+        if fresh and not await eventorder.may_be_held_back(
+            self._engine, self._reads, taken, owner, now
+        ):
             return taken
         until = now + self._lease_length
-        renewed = self._fast.run(lambda c: _renew_fast(c, ids, self._owner, now, until))
+        renewed = self._fast.run(lambda c: eventorder.renew_fast(c, ids, owner, now, until))
         if renewed is None:
-            renewed = await self._renew_engine(ids, now, until)
-        kept = _in_order(taken, renewed)
+            renewed = await eventorder.renew_engine(
+                self._engine, self._held(ids), ids, owner, now, until
+            )
+        kept = eventorder.in_order(taken, renewed)
         back = sorted(set(ids) - {e.id for e in kept})
         if back:  # rare: held back, or taken by another process meanwhile
             async with self._engine.begin() as conn:
                 await conn.execute(self._held(back).values(lease_owner=None, leased_until=None))
         return kept
-
-    async def _may_be_held_back(self, taken: list[ProviderEvent], now: datetime) -> bool:
-        """Whether an unprocessed event of the jobs of ``taken``, before the newest of them
-        and not one of them, is not held here at ``now``: it may hold one of them back. A
-        read (on SQLite by the lock-free reader), no transaction that writes."""
-        ids = [e.id for e in taken]
-        jobs_ = sorted({e.job_id for e in taken})
-        sql = _HELD_BACK_SQL.format(jobs=in_list(len(jobs_)), ids=in_list(len(ids)))
-        found = self._reads.exists(sql, (*jobs_, max(ids), *ids, self._owner, now))
-        if found is not None:
-            return found
-        query = sa.select(provider_events.c.id).where(
-            provider_events.c.job_id.in_(jobs_),
-            provider_events.c.processed_at.is_(None),
-            provider_events.c.id < max(ids),
-            provider_events.c.id.not_in(ids),
-            self._not_held_here(provider_events, now),
-        )
-        async with self._engine.connect() as conn:
-            return (await conn.execute(query.limit(1))).first() is not None
-
-    def _not_held_here(self, table: sa.FromClause, now: datetime) -> sa.ColumnElement[bool]:
-        """Rows of ``table`` (provider events) this process does not hold at ``now``."""
-        return sa.or_(
-            table.c.lease_owner.is_(None),
-            table.c.lease_owner != self._owner,
-            table.c.leased_until < now,
-        )
-
-    async def _renew_engine(self, ids: list[int], now: datetime, until: datetime) -> set[int]:
-        """:func:`_renew_fast` through the engine."""
-        held_back = sa.exists().where(
-            _EARLIER.c.job_id == provider_events.c.job_id,
-            _EARLIER.c.id < provider_events.c.id,
-            _EARLIER.c.processed_at.is_(None),
-            _EARLIER.c.id.not_in(ids),
-            self._not_held_here(_EARLIER, now),
-        )
-        statement = (
-            self._held(ids).where(~held_back).values(leased_until=until)
-            .returning(provider_events.c.id)
-        )
-        async with self._engine.begin() as conn:
-            return set((await conn.execute(statement)).scalars())
 
     @contextlib.asynccontextmanager
     async def holding(self, events: Sequence[ProviderEvent]) -> AsyncIterator[None]:
@@ -348,31 +287,8 @@ class ProviderEvents(lease.Leasing):
         another process. One whose lease was lost meanwhile (the store was out of reach
         for most of a lease) is logged as ``provider_event_lease_lost``; its apply goes
         on (the finalizer is idempotent), and its mark is refused."""
-        for event in events:
-            self._applying[event.id] = event.job_id
-        period_s = self._lease_length.total_seconds() / RENEWALS_PER_LEASE
-        timer = _Repeat(self._renew_applying, period_s)
-        try:
+        async with self._heartbeat.holding(events):
             yield
-        finally:
-            await timer.stop()
-            for event in events:
-                self._applying.pop(event.id, None)
-
-    async def _renew_applying(self) -> None:
-        applying = dict(self._applying)
-        if not applying:
-            return
-        until = self._clock.now() + self._lease_length
-        async with self._engine.begin() as conn:
-            done = await conn.execute(
-                self._held(sorted(applying)).values(leased_until=until)
-                .returning(provider_events.c.id)
-            )
-            renewed = set(done.scalars())
-        for event_id, job_id in applying.items():
-            if event_id not in renewed and self._applying.pop(event_id, None) is not None:
-                log.warning("provider_event_lease_lost", extra={"job_id": job_id})
 
     async def release_handed(self) -> int:
         """At a stop: give back the events stored here that the processor has not taken,
@@ -395,7 +311,7 @@ class ProviderEvents(lease.Leasing):
     async def mark_processed(self, event_id: int) -> bool:
         """Record that an event was applied (or refused) and release its lease; only if
         this process still holds the lease. True when it did."""
-        self._applying.pop(event_id, None)  # settled: no renewal now
+        self._heartbeat.settled(event_id)  # settled: no renewal now
         return await self._marks(event_id)
 
     async def _mark_group(self, ids: list[int]) -> list[bool | BaseException]:
@@ -417,7 +333,7 @@ class ProviderEvents(lease.Leasing):
         """Give a held event back, not to be claimed again before ``until`` (a retry's
         backoff); only if this process still holds the lease. True when it did. The
         job's later events wait in the store meanwhile (the module docstring)."""
-        self._applying.pop(event_id, None)
+        self._heartbeat.settled(event_id)
         async with self._engine.begin() as conn:
             done = await conn.execute(
                 self._held([event_id]).values(lease_owner=None, leased_until=until)
@@ -441,72 +357,6 @@ def _postponed(checks: _Checks, stored: Mapping[tuple[str, str], int]) -> list[d
         if at is not None and (job_id, event_key) in stored:
             until[job_id] = max(at, until.get(job_id, at))
     return [{"p_id": job_id, "p_until": until[job_id]} for job_id in sorted(until)]
-
-
-class _Repeat:
-    """Runs ``work`` every ``period_s`` seconds until :meth:`stop` (a timer, so a round
-    shorter than a period creates no task; a failure is logged and the next period
-    tries again)."""
-
-    def __init__(self, work: Callable[[], Awaitable[None]], period_s: float) -> None:
-        self._work = work
-        self._period_s = period_s
-        self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(period_s, self._fire)
-        self._task: asyncio.Task[None] | None = None
-
-    def _fire(self) -> None:
-        self._timer = None
-        self._task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        try:
-            await self._work()
-        except Exception as exc:  # noqa: BLE001 (the store is down: the lease may run out)
-            log.warning("provider_event_renewal_failed", extra={"error": repr(exc)})
-        if self._task is not None:  # not stopped meanwhile
-            self._timer = self._loop.call_later(self._period_s, self._fire)
-
-    async def stop(self) -> None:
-        """Stop repeating; a run in progress ends first."""
-        task, self._task = self._task, None
-        if self._timer is not None:
-            self._timer.cancel()
-        if task is not None:
-            await asyncio.wait({task})
-
-
-def _in_order(taken: list[ProviderEvent], renewed: set[int]) -> list[ProviderEvent]:
-    """The events of ``taken`` (in id order) that were renewed and follow no event of their
-    job that was not: a job's events are applied in order, or wait together."""
-    stopped: set[str] = set()
-    kept = []
-    for event in taken:
-        if event.id in renewed and event.job_id not in stopped:
-            kept.append(event)
-        else:
-            stopped.add(event.job_id)
-    return kept
-
-
-_RENEW_SQL = (
-    "UPDATE provider_events SET leased_until = ? WHERE id IN ({ids}) AND lease_owner = ?"
-    " AND processed_at IS NULL AND NOT EXISTS (SELECT 1 FROM provider_events AS earlier"
-    " WHERE earlier.job_id = provider_events.job_id AND earlier.id < provider_events.id"
-    " AND earlier.processed_at IS NULL AND earlier.id NOT IN ({ids}) AND ("
-    "earlier.lease_owner IS NULL OR earlier.lease_owner != ? OR earlier.leased_until < ?))"
-    " RETURNING id"
-)
-
-
-def _renew_fast(conn: sqlite3.Connection, ids: list[int], owner: str, now: datetime,
-                until: datetime) -> set[int]:
-    """Renew the leases this process holds on ``ids`` to ``until``, but not of an event that
-    an earlier unprocessed event of its job (not among ``ids``) holds back: one not held
-    here now. Returns the ids renewed (``sqlite3``, :mod:`gateway.store.fastwrite`)."""
-    sql = _RENEW_SQL.format(ids=in_list(len(ids)))
-    params = (sqlite_time(until), *ids, owner, *ids, owner, sqlite_time(now))
-    return {row[0] for row in conn.execute(sql, params)}
 
 
 _INSERT_SQL = (

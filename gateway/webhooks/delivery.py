@@ -10,7 +10,8 @@ the job; :class:`Delivery` sends them. Each round it leases due rows and POSTs e
   row's ``msg_id`` (the same on every retry), ``webhook-timestamp`` the time of this
   attempt, ``webhook-signature`` one ``v1,`` entry per secret in use;
 * **through the SSRF guard** (:func:`gateway.webhooks.connector.connector`), redirects not followed,
-  each attempt bounded by ``timeout_s``, at most ``max_concurrency`` at once.
+  each attempt bounded by ``timeout_s``, at most ``max_concurrency`` at once (the HTTP side
+  of an attempt, and the session, are :mod:`gateway.webhooks.post`).
 
 Outcomes follow :func:`gateway.webhooks.attempt.decide`: 2xx ``delivered``; ``completed``
 retried on the schedule, then ``dead``; non-terminal events ``dropped`` after one
@@ -29,15 +30,12 @@ whose sender died is sent again after its lease ends, with the same ``webhook-id
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
-from yarl import URL
 
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -46,36 +44,17 @@ from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
 from gateway.store.outbox import DeliveryStatus
-from gateway.webhooks import connector, retry, signing, ssrf
+from gateway.webhooks import retry, signing
 from gateway.webhooks.attempt import Attempt, Decision, decide
+from gateway.webhooks.post import USER_AGENT, log_outcome, post
+from gateway.webhooks.post import host as _host
 
-__all__ = ["Delivery", "open_session"]
+__all__ = ["Delivery"]
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "cutover"
 STORE_EVERY_S = 1.0  # while no claim is made, the store is asked this often what waits there
 STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
-
-
-@contextlib.asynccontextmanager
-async def open_session(
-    policy: ssrf.WebhookTargetPolicy, *, timeout_s: float, max_concurrency: int
-) -> AsyncIterator[aiohttp.ClientSession]:
-    """The HTTP client every delivery goes through; closed on exit.
-
-    Built on :func:`gateway.webhooks.connector.connector` (at most ``max_concurrency`` connections),
-    a total timeout of ``timeout_s`` seconds per request, no proxy from the environment
-    and no cookie jar (one receiver's cookies never reach another).
-    """
-    session = aiohttp.ClientSession(
-        connector=connector.connector(policy, limit=max_concurrency),
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trust_env=False,
-    )
-    async with session:
-        yield session
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -89,7 +68,7 @@ class Delivery(Loop):
     queue : DeliveryQueue
         Claims rows and stores outcomes (its lease outlives one attempt's timeout).
     http : aiohttp.ClientSession
-        From :func:`open_session` (owned by the caller).
+        From :func:`gateway.webhooks.post.open_session` (owned by the caller).
     signer : signing.Signer
         Signs each attempt.
     schedule : retry.Schedule
@@ -346,35 +325,16 @@ class Delivery(Loop):
         now = self._clock.now()
         headers = self._signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
         headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
-        result = await self._post(row.url, body, headers)
+        result = await post(self._http, row.url, body, headers)
         self._posted(row)
         ended = self._clock.now()
         decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
         recorded = await self._record(row, result, decision, ended)
-        _log_outcome(row, result, decision, recorded)
+        log_outcome(row, result, decision, recorded)
         if self._metrics is not None:
             outcome = "delivered" if decision.status == DeliveryStatus.DELIVERED else "failed"
             self._metrics.webhook_deliveries.labels(row.event, outcome).inc()
         return decision
-
-    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Attempt:
-        try:
-            async with self._http.post(
-                url, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                return Attempt(
-                    status_code=response.status,
-                    retry_after=response.headers.get("Retry-After"),
-                )
-        except aiohttp.ClientConnectorError as exc:
-            reason = exc.os_error.strerror or str(exc.os_error)
-            if isinstance(exc.os_error, ssrf.TargetRefused):
-                return Attempt(error=reason, refused=True)
-            return Attempt(error=f"connection failed: {reason}")
-        except TimeoutError:
-            return Attempt(error=f"no response within {self._http.timeout.total} s")
-        except aiohttp.ClientError as exc:
-            return Attempt(error=f"{type(exc).__name__}: {exc}")
 
     async def _record(
         self, row: OutboxRow, result: Attempt, decision: Decision, now: datetime
@@ -399,33 +359,3 @@ class Delivery(Loop):
             self._retry_due = retry if self._retry_due is None else min(self._retry_due, retry)
         return recorded
 
-
-def _host(url: str) -> str:
-    """The receiving host of a webhook URL, lower case: as decoded when yarl can decode
-    it (IDNA), as written when not (``xn--zz.test``), the whole URL if unparsable."""
-    try:
-        parsed = URL(url)
-    except ValueError:
-        return url
-    try:
-        return (parsed.host or url).lower()
-    except ValueError:  # a host yarl parses but cannot IDNA-decode
-        return (parsed.raw_host or url).lower()
-
-
-def _log_outcome(row: OutboxRow, result: Attempt, decision: Decision, recorded: bool) -> None:
-    context = {
-        "job_id": row.job_id,
-        "msg_id": row.msg_id,
-        "event": row.event,
-        "attempt": row.attempts,
-        "status_code": result.status_code,
-        "outcome": decision.status,
-        "host": _host(row.url),
-    }
-    if not recorded:
-        log.warning("webhook_outcome_lost_lease", extra=context)
-    elif decision.status == DeliveryStatus.DELIVERED:
-        log.info("webhook_delivered", extra=context)
-    else:
-        log.warning("webhook_attempt_failed", extra={**context, "error": decision.error})

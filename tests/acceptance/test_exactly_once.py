@@ -31,7 +31,8 @@ from gateway.store import db
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.schema import jobs, outbox
 from gateway.webhooks import retry
-from gateway.webhooks.delivery import Delivery, open_session
+from gateway.webhooks.delivery import Delivery
+from gateway.webhooks.post import open_session
 from tests.support.databases import BACKENDS, database_url_for
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_job
