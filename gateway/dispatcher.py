@@ -273,13 +273,17 @@ class Dispatcher(Loop):
         next_check = provider.first_check_at(self._clock.now())
         first = self._finalizer.progress(job, snapshot)
         # The provider acted: record it through a blip in the store rather than submit twice.
+        # A result already (a synchronous submit): the job stays leased here, renewed while
+        # its outputs are copied, so no poller fetches and copies them again meanwhile.
+        terminal = snapshot.state.terminal
         updated = await boundary.retry_store(
             lambda: self._store.mark_submitted(
-                job.id, snapshot.provider_job_id, first, next_check
+                job.id, snapshot.provider_job_id, first, next_check, keep_lease=terminal
             )
         )
-        if snapshot.state.terminal:
-            await self._finalizer.finalize(await self._store.get(job.id), snapshot)
+        if terminal:
+            async with self._store.holding(job.id):
+                await self._finalizer.finalize(await self._store.get(job.id), snapshot)
             return
         if updated is None:
             await self._finished_meanwhile(provider, job, request, snapshot)

@@ -132,7 +132,7 @@ class Poller(Loop):
         if not snapshot.lost and job.lost_at is not None:  # found after all: not lost
             await self._store.mark_found(job.id)
         if snapshot.state.terminal:
-            await self._finalizer.finalize(job, snapshot)
+            await self._finish(job, provider, snapshot)
             return
         progress = self._finalizer.progress(job, snapshot)
         if not moves_back(job, progress) and progress_values(job, progress, self._clock.now()):
@@ -140,6 +140,17 @@ class Poller(Loop):
             if updated is not None:
                 self._notifier.job_changed(job.id, updated)
         self._release(job, self._next(job, provider))
+
+    async def _finish(self, job: Job, provider: Provider, snapshot: ProviderSnapshot) -> None:
+        """Apply a terminal snapshot, the job's lease renewed while its outputs are copied
+        (:meth:`JobStore.holding`), unless provider events for the job wait to be applied:
+        one of them is being applied, or will be, and says the same (a second copy of the
+        outputs avoided); the job is checked again later, in case they do not finish it."""
+        if await self._store.has_unprocessed_events(job.id):
+            self._release(job, self._next(job, provider))
+            return
+        async with self._store.holding(job.id):
+            await self._finalizer.finalize(job, snapshot)
 
     async def _lost_for_good(
         self, job: Job, provider: Provider, snapshot: ProviderSnapshot

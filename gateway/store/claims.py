@@ -8,14 +8,16 @@ dispatcher's claim is :class:`gateway.store.dispatching.DispatchClaims`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from contracts.job import Job, JobState
-from gateway.store import lease
+from gateway.store import heartbeat, lease
 from gateway.store.dispatching import MAYBE_SUBMITTED, RESUBMITTING, SUBMITTING, DispatchClaims
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
@@ -24,6 +26,7 @@ from gateway.store.schema import jobs, provider_events
 
 __all__ = ["MAYBE_SUBMITTED", "RESUBMITTING", "SUBMITTING", "Claims"]  # the first three
 # are gateway.store.dispatching's, where the dispatcher's claim sets them
+log = logging.getLogger(__name__)
 
 class Claims(DispatchClaims):
     """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
@@ -54,6 +57,33 @@ class Claims(DispatchClaims):
         async with self._engine.begin() as conn:
             rows = await lease.claim(conn, jobs, due, owner=self._owner, until=until, **values)
         return [_job(row) for row in rows]
+
+    @contextlib.asynccontextmanager
+    async def holding(self, job_id: str) -> AsyncIterator[None]:
+        """While the body applies a result to ``job_id``, leased here (a terminal one copies
+        its outputs: 60 s a file against a 30 s lease), renew the lease every ``lease_s`` /
+        :data:`~gateway.store.heartbeat.RENEWALS_PER_LEASE` seconds, so that no other process
+        claims the job, fetches and downloads again meanwhile. A timer: a shorter apply
+        writes nothing. A lease lost anyway (the store out of reach for most of a lease) is
+        logged as ``job_lease_lost``; the apply goes on (the finalizer is idempotent)."""
+        period_s = self._lease_length.total_seconds() / heartbeat.RENEWALS_PER_LEASE
+        timer = heartbeat.Repeat(
+            lambda: self._renew(job_id), period_s, "job_lease_renewal_failed"
+        )
+        try:
+            yield
+        finally:
+            await timer.stop()
+
+    async def _renew(self, job_id: str) -> None:
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                jobs.update()  # finished meanwhile or not: a terminal job is claimed by none
+                .where(jobs.c.id == job_id, jobs.c.lease_owner == self._owner)
+                .values(leased_until=self._clock.now() + self._lease_length)
+            )
+        if not done.rowcount:  # another process has it
+            log.warning("job_lease_lost", extra={"job_id": job_id})
 
     async def postpone_check(self, job_id: str, until: datetime) -> None:
         """Push a submitted job's next poll or watchdog probe back to ``until``.

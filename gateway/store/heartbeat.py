@@ -4,7 +4,9 @@ While :class:`gateway.intake.EventProcessor` applies a round's events (a termina
 copies the outputs, which may take longer than a lease),
 :meth:`gateway.store.events.ProviderEvents.holding` renews their leases every
 ``lease_s`` / :data:`RENEWALS_PER_LEASE` seconds through a :class:`Heartbeat`, so no other
-process claims and applies them meanwhile.
+process claims and applies them meanwhile. :class:`Repeat`, its timer, also renews a
+job's lease while a poll or a synchronous submit applies its result
+(:meth:`gateway.store.claims.Claims.holding`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from gateway.store.schema import provider_events
 if TYPE_CHECKING:
     from gateway.store.events import ProviderEvent
 
-__all__ = ["RENEWALS_PER_LEASE", "Heartbeat"]
+__all__ = ["RENEWALS_PER_LEASE", "Heartbeat", "Repeat"]
 
 log = logging.getLogger("gateway.store.events")  # the events' log, as before the split
 
@@ -55,7 +57,7 @@ class Heartbeat:
         for event in events:
             self._applying[event.id] = event.job_id
         period_s = self._lease_length.total_seconds() / RENEWALS_PER_LEASE
-        timer = _Repeat(self._renew_applying, period_s)
+        timer = Repeat(self._renew_applying, period_s, "provider_event_renewal_failed")
         try:
             yield
         finally:
@@ -83,14 +85,17 @@ class Heartbeat:
                 log.warning("provider_event_lease_lost", extra={"job_id": job_id})
 
 
-class _Repeat:
+class Repeat:
     """Runs ``work`` every ``period_s`` seconds until :meth:`stop` (a timer, so a round
-    shorter than a period creates no task; a failure is logged and the next period
-    tries again)."""
+    shorter than a period creates no task; a failure is logged as ``failure`` and the next
+    period tries again)."""
 
-    def __init__(self, work: Callable[[], Awaitable[None]], period_s: float) -> None:
+    def __init__(
+        self, work: Callable[[], Awaitable[None]], period_s: float, failure: str
+    ) -> None:
         self._work = work
         self._period_s = period_s
+        self._failure = failure
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(period_s, self._fire)
         self._task: asyncio.Task[None] | None = None
@@ -103,7 +108,7 @@ class _Repeat:
         try:
             await self._work()
         except Exception as exc:  # noqa: BLE001 (the store is down: the lease may run out)
-            log.warning("provider_event_renewal_failed", extra={"error": repr(exc)})
+            log.warning(self._failure, extra={"error": repr(exc)})
         if self._task is not None:  # not stopped meanwhile
             self._timer = self._loop.call_later(self._period_s, self._fire)
 

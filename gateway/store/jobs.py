@@ -263,14 +263,18 @@ class JobStore(Claims):
     # --- dispatch outcomes ----------------------------------------------------------
 
     async def mark_submitted(
-        self, job_id: str, provider_job_id: str, progress: Progress, next_check_at: datetime | None
+        self, job_id: str, provider_job_id: str, progress: Progress,
+        next_check_at: datetime | None, *, keep_lease: bool = False,
     ) -> Job | None:
-        """Record that the provider accepted the job; apply its first snapshot.
+        """Record that the provider accepted the job; apply its first snapshot; release the
+        dispatcher's lease, unless ``keep_lease`` (a submit that answered with the result:
+        the dispatcher holds the job while it applies it, see :meth:`holding`).
 
         Returns None when the job already ended (canceled, or finished by a webhook that
         overtook the submit); its provider job id and submit time are recorded anyway.
         """
         now = self._clock.now()
+        released = {} if keep_lease else {"lease_owner": None, "leased_until": None}
         done = await self._transition(
             job_id,
             progress,
@@ -278,8 +282,7 @@ class JobStore(Claims):
                 "provider_job_id": provider_job_id,
                 "submitted_at": now,
                 "next_attempt_at": next_check_at,
-                "lease_owner": None,
-                "leased_until": None,
+                **released,
             },
             allowed=_ACTIVE,
             force=True,

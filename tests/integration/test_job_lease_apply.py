@@ -1,0 +1,168 @@
+"""A job's lease lasts as long as a terminal apply that copies its outputs
+(docs/lifecycle.md, "Leases during an apply"): the poller and the dispatcher's synchronous
+submit keep the job leased, renewed, while the output downloads, so another process
+neither claims it nor downloads again; and a poll that finds the job finished leaves it
+to the provider event that is being applied. Two gateways on one store, a slow output
+server the test releases with an event (both backends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from contracts.job import JobState
+from gateway.app import LOOPS
+from gateway.store.schema import jobs
+from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.waiting import wait_until
+
+LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
+FILE_HOSTS = {"fake": {"kind": "fake", "file_hosts": ["127.0.0.1"]}}
+
+
+class SlowFiles:
+    """Serves ``/out.bin`` once :attr:`release` is set; counts the requests (downloads)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.release = asyncio.Event()
+        app = web.Application()
+        app.router.add_get("/out.bin", self._out)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    def url(self) -> str:
+        return str(self.server.make_url("/out.bin"))
+
+    async def _out(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        await self.release.wait()
+        return web.Response(body=b"output", content_type="application/octet-stream")
+
+
+@pytest.fixture
+async def files() -> AsyncIterator[SlowFiles]:
+    server = SlowFiles()
+    await server.server.start_server()
+    yield server
+    server.release.set()
+    await server.server.close()
+
+
+def loop(gateway: GatewayHarness, name: str) -> Any:
+    return next(each for each in gateway.app[LOOPS] if each.name == name)
+
+
+async def job_row(gateway: GatewayHarness, job_id: str) -> sa.Row[Any]:
+    async with gateway.store.engine.connect() as conn:
+        return (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).one()
+
+
+async def one_job(make_gateway: Any) -> tuple[GatewayHarness, GatewayHarness, str]:
+    """Two gateways on one store, and a prediction created (not yet submitted) on the first."""
+    first, second = await make_gateway(providers=FILE_HOSTS), await make_gateway(
+        providers=FILE_HOSTS
+    )
+    job_id = str((await first.create({"version": VERSION, "input": {"prompt": "x"}}))["id"])
+    return first, second, job_id
+
+
+def finishes(job_id: str, files: SlowFiles, *gateways: GatewayHarness) -> dict[str, str]:
+    """The provider (as each gateway's fake sees it) has finished the job with a file."""
+    output = {"file": files.url()}
+    for gateway in gateways:
+        gateway.fake.set_state(job_id, JobState.COMPLETED, output=output)
+    return output
+
+
+def advance(seconds: float, *gateways: GatewayHarness) -> None:
+    for gateway in gateways:
+        gateway.clock.advance(seconds)
+
+
+async def held_past(gateway: GatewayHarness, job_id: str) -> bool:
+    """Whether the job's lease (this gateway's) runs past the gateway's now."""
+    row = await job_row(gateway, job_id)
+    return row.leased_until is not None and row.leased_until > gateway.clock.now()
+
+
+async def other_poll(gateway: GatewayHarness, files: SlowFiles) -> int:
+    """One poller round of ``gateway``, failing (not hanging) if it downloads again."""
+    round_ = asyncio.create_task(loop(gateway, "poller").run_once())
+    await wait_until(lambda: round_.done() or files.requests > 1, what="the poll's end")
+    if not round_.done():
+        round_.cancel()
+    assert files.requests == 1, "another process downloaded the output again"
+    return await round_
+
+
+async def begun(gateway: GatewayHarness, name: str, files: SlowFiles) -> asyncio.Task[int]:
+    """A round of ``gateway``'s loop ``name``, once its output download has begun."""
+    round_ = asyncio.create_task(loop(gateway, name).run_once())
+    await wait_until(lambda: files.requests == 1, what=f"the {name}'s download began")
+    return round_
+
+
+async def finished_once(
+    gateway: GatewayHarness, job_id: str, files: SlowFiles, round_: asyncio.Task[int]
+) -> None:
+    """Let the download end: the round applied one item, the job succeeded, one download."""
+    files.release.set()
+    assert await round_ == 1
+    assert (await gateway.get(job_id))["status"] == "succeeded"
+    assert files.requests == 1
+
+
+async def outlasts_its_lease(
+    first: GatewayHarness, second: GatewayHarness, job_id: str, files: SlowFiles
+) -> None:
+    """The download outlasts the lease ``first`` holds the job with: renewed meanwhile,
+    it keeps ``second``'s poller off the job."""
+    advance(LEASE_S + 1, first, second)
+    await wait_until(lambda: held_past(first, job_id), what="the lease renewed meanwhile")
+    assert await other_poll(second, files) == 0  # nothing for the other process
+
+
+async def test_a_poll_whose_output_copy_outlasts_the_lease_keeps_it_and_none_downloads_again(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    await first.settle()  # submitted, queued at the provider
+    finishes(job_id, files, first, second)
+    advance(10, first, second)  # the next poll is due
+    round_ = await begun(first, "poller", files)
+    await outlasts_its_lease(first, second, job_id, files)
+    await finished_once(first, job_id, files, round_)
+
+
+async def test_a_synchronous_submits_output_copy_keeps_the_job_from_the_poller(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    finishes(job_id, files, first, second)  # the submit's answer is already the result
+    round_ = await begun(first, "dispatcher", files)
+    advance(2, first, second)  # past the first poll the submit set (fetch_interval_s 1 s)
+    assert await other_poll(second, files) == 0  # still the dispatcher's
+    await outlasts_its_lease(first, second, job_id, files)  # the claim's lease too
+    await finished_once(first, job_id, files, round_)
+
+
+async def test_a_poll_leaves_a_finished_job_to_its_event_being_applied(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    await first.settle()
+    output = finishes(job_id, files, second)
+    assert await first.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    round_ = await begun(first, "events", files)
+    advance(2, first, second)  # the poll the event postponed (fetch_interval_s 1 s) is due
+    polls = len(second.fake.fetch_calls)
+    assert await other_poll(second, files) == 1  # it found the job finished, left it
+    assert len(second.fake.fetch_calls) == polls + 1  # to the event being applied
+    await finished_once(first, job_id, files, round_)
