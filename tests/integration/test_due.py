@@ -43,15 +43,26 @@ async def test_a_job_past_its_deadline_that_no_submit_reached_is_not_due_for_dis
     make_gateway: Any,
 ) -> None:
     """The reaper ends it (canceled before it started); counted as due, it kept an idle
-    dispatcher going round every loop_interval_s, each round claiming nothing."""
-    gateway = await make_gateway(providers={"fake": {"kind": "fake", "max_concurrency": 100}})
+    dispatcher going round every loop_interval_s, each round claiming nothing.
+
+    The times asked about are the deadline's, not the clock's: the deadline (10 min) and
+    the busy submit's backoff (up to an hour) outlast the test, so the job stays queued
+    and deferred whatever the machine's load. (With a 5 s deadline and the harness's
+    10-50 ms backoff, a settle pass slower than the backoff found the job due again, and
+    settle went round until the reaper canceled it at the deadline.)"""
+    gateway = await make_gateway(
+        providers={"fake": {"kind": "fake", "max_concurrency": 100}},
+        gateway={"dispatch_backoff_base_s": 3600.0, "dispatch_backoff_max_s": 3600.0},
+    )
     engine = gateway.store.engine
     fast, slow = Due(engine), Due(engine, fast=False)
     gateway.fake.busy_times = 10**6  # deferred: a queued job with its next attempt set
     made = await gateway.create({"version": VERSION, "input": {"prompt": "x"}},
-                                **{"Cancel-After": "5s"})
+                                **{"Cancel-After": "10m"})
     await gateway.settle()
     job = await gateway.store.get(made["id"])
+    assert gateway.fake.busy_times < 10**6, "a submit was tried, and refused busy"
+    assert job.state == JobState.QUEUED and job.raw_status == "busy"
     assert job.deadline is not None and job.submitted_at is None
     before = job.deadline - timedelta(seconds=1)
     assert await fast.dispatch(before) == await slow.dispatch(before) is not None
