@@ -23,6 +23,7 @@ import httpx
 import pytest
 import replicate
 
+from gateway import canary
 from tests.support.cog_server import CogServer
 from tests.support.databases import BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR
@@ -219,6 +220,13 @@ def test_a_failure_burst_on_the_candidate_rolls_back_within_60_s(stack: Stack):
     stack.drain()
 
 
+def _shadow_provider(prediction_id: str) -> str:
+    """Where the gateway sends a shadowed prediction's copy: the control again for the
+    ``baseline_percent`` (25) of them drawn on the prediction id, else the candidate."""
+    baseline = canary.sampled(f"baseline:{ROUTE}", prediction_id, 25)
+    return "local-cog" if baseline else "candidate-cog"
+
+
 def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: Stack):
     done = stack.cli("set-shadow", ROUTE, "100", "--reason", "compare first")
     assert done.returncode == 0, done.stderr
@@ -230,17 +238,22 @@ def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: S
             time.sleep(0.2)
     stack.drain()
     since = datetime.now(UTC).isoformat()
-    made = [stack.create(i % 2, prompt=f"shadow me {i}") for i in range(12)]
+    made: list[Any] = []  # a baseline is drawn on the random id (25 %): 12 may hold none
+    while len(made) < 12 or len({_shadow_provider(p.id) for p in made}) < 2:
+        assert len(made) < 60, "no prediction drawn for the baseline in 60"
+        made.append(stack.create(len(made) % 2, prompt=f"shadow me {len(made)}"))
     for prediction in made:
         assert stack.finish(prediction).output == f"SHADOW ME {made.index(prediction)}"
     deadline = time.monotonic() + 60
     while True:  # the shadows finish on their own providers
-        shadows = [s for p in made
-                   for s in stack.admin("GET", f"/predictions/{p.id}").json()["shadows"]]
+        of = {p.id: stack.admin("GET", f"/predictions/{p.id}").json()["shadows"] for p in made}
+        shadows = [s for each in of.values() for s in each]
         if len(shadows) == len(made) and all(s["state"] == "completed" for s in shadows):
             break
         assert time.monotonic() < deadline, shadows
         time.sleep(0.2)
+    assert {i: [s["provider"] for s in each] for i, each in of.items()} == {
+        p.id: [_shadow_provider(p.id)] for p in made}
     assert {s["provider"] for s in shadows} == {"candidate-cog", "local-cog"}
     response = stack.admin("GET", f"/routes/{ROUTE}/shadow-report",
                            params={"format": "json", "since": since})
