@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from contracts.job import JobState
+from gateway.http import keys
 from tests.support.gateway import VERSION, GatewayHarness
 
 
@@ -32,7 +33,11 @@ async def test_event_is_applied_after_a_restart_when_it_was_stored_but_not_proce
     prediction = await first.create({"version": VERSION, "input": {"prompt": "x"}})
     await first.settle()
     assert await first.deliver(prediction["id"], JobState.COMPLETED, output="late") == 200
-    # No settle: the process "dies" with the event stored but not applied.
+    # No settle: the process "dies" with the event stored but not applied, still leased to
+    # it (stored leased for the in-memory hand-over). A second process claims it once that
+    # lease has run out: its clock is moved past it rather than the test waiting lease_s
+    # of real time inside wait_for's deadline.
     second = await make_gateway()
+    second.clock.advance(second.app[keys.SETTINGS].gateway.lease_s)
     done = await second.wait_for(prediction["id"], "succeeded")
     assert done["output"] == "late"
