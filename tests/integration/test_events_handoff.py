@@ -114,9 +114,9 @@ async def test_events_left_in_memory_at_a_graceful_stop_go_to_the_next_process_a
 ) -> None:
     first, job_id = await received(make_gateway)
     await first.client.close()  # a graceful stop (a deploy) before its processor got to it
-    (row,) = await event_rows(first)
-    assert (row.lease_owner, row.leased_until, row.processed_at) == (None, None, None)
     second = await make_gateway()  # the process that replaces it: no wait for a lease
+    (row,) = await event_rows(second)  # not first's: its engine is disposed
+    assert (row.lease_owner, row.leased_until, row.processed_at) == (None, None, None)
     assert await drain(second) == 1
     assert (await second.get(job_id))["status"] == "succeeded"
 
