@@ -43,14 +43,7 @@ async def test_a_call_held_by_another_process_keeps_its_slot(
     monkeypatch.setenv(TOKEN_ENV, OPENAI_TOKEN)
     async with FakeOpenAI(token=OPENAI_TOKEN) as server:
         server.gate = asyncio.Event()  # every call is held until the test opens it
-        sections = {
-            "providers": {"oa": {
-                "kind": "openai", "base_url": f"{server.url}/v1", "token_env": TOKEN_ENV,
-                "max_concurrency": 1, "fetch_interval_s": 1.0, "fetch_max_interval_s": 1.0,
-            }},
-            "routes": [{"model": "acme/echo", "version": VERSION, "provider": "oa",
-                        "target": "echo-1"}],
-        }
+        sections = _sections(server, max_concurrency=1)
         holder, other = await make_gateway(**sections), await make_gateway(**sections)
         try:
             first = await holder.create({"version": VERSION, "input": {"prompt": "one"}})
@@ -90,14 +83,7 @@ async def test_a_call_longer_than_the_grace_is_not_failed_by_another_process_whi
     monkeypatch.setenv(TOKEN_ENV, OPENAI_TOKEN)
     async with FakeOpenAI(token=OPENAI_TOKEN) as server:
         server.gate = asyncio.Event()  # the call runs until the test opens it
-        sections = {
-            "providers": {"oa": {
-                "kind": "openai", "base_url": f"{server.url}/v1", "token_env": TOKEN_ENV,
-                "request_timeout_s": 10.0, "fetch_interval_s": 1.0, "fetch_max_interval_s": 1.0,
-            }},
-            "routes": [{"model": "acme/echo", "version": VERSION, "provider": "oa",
-                        "target": "echo-1"}],
-        }
+        sections = _sections(server, request_timeout_s=10.0)
         holder, other = await make_gateway(**sections), await make_gateway(**sections)
         try:
             made = await holder.create({"version": VERSION, "input": {"prompt": "long one"}})
@@ -114,3 +100,15 @@ async def test_a_call_longer_than_the_grace_is_not_failed_by_another_process_whi
             await _succeeded(holder, made["id"])
         finally:
             server.gate.set()
+
+
+def _sections(server: FakeOpenAI, **provider: Any) -> dict[str, Any]:
+    """One OpenAI-compatible provider ``oa`` (polled every second) and a route to it."""
+    return {
+        "providers": {"oa": {
+            "kind": "openai", "base_url": f"{server.url}/v1", "token_env": TOKEN_ENV,
+            "fetch_interval_s": 1.0, "fetch_max_interval_s": 1.0, **provider,
+        }},
+        "routes": [{"model": "acme/echo", "version": VERSION, "provider": "oa",
+                    "target": "echo-1"}],
+    }

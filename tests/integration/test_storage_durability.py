@@ -123,14 +123,7 @@ async def test_with_fsync_on_a_file_is_synced_before_its_rename_and_its_director
 ) -> None:
     storage = LocalStorage(tmp_path / "store")  # fsync on by default
     key = "p-1/0123456789abcdef/out.bin"
-    if way == "put":
-        await storage.put(key, DATA, "application/x-test")
-    elif way == "put_stream":
-        await storage.put_stream(key, chunks(DATA), content_type="application/x-test")
-    else:
-        spooled = storage.temp_path()
-        spooled.write_bytes(DATA)
-        await storage.put_file(key, spooled)
+    await _store(storage, key, way)
     target = storage.root / key
     assert target.read_bytes() == DATA
     assert_durable(calls, storage.root, target)
@@ -142,14 +135,7 @@ async def test_with_fsync_on_a_file_is_synced_before_its_rename_and_its_director
 async def test_with_fsync_off_nothing_is_synced(tmp_path: Path, calls: Calls, way: str) -> None:
     storage = LocalStorage(tmp_path / "store", fsync=False)
     key = "p-1/0123456789abcdef/out.bin"
-    if way == "put":
-        await storage.put(key, DATA, "application/x-test")
-    elif way == "put_stream":
-        await storage.put_stream(key, chunks(DATA), content_type="application/x-test")
-    else:
-        spooled = storage.temp_path()
-        spooled.write_bytes(DATA)
-        await storage.put_file(key, spooled)
+    await _store(storage, key, way)
     assert (storage.root / key).read_bytes() == DATA
     assert calls.synced_paths() == []
 
@@ -217,3 +203,15 @@ async def test_storage_fsync_false_in_the_configuration_syncs_nothing(
     gateway = await make_gateway(providers=FILE_HOSTS, storage={"fsync": False})
     await copied(gateway, file_server)
     assert calls.synced_paths() == [] and calls.advised() == []
+
+
+async def _store(storage: LocalStorage, key: str, way: str) -> None:
+    """Store :data:`DATA` under ``key`` by ``way``: put, put_stream or put_file."""
+    if way == "put":
+        await storage.put(key, DATA, "application/x-test")
+    elif way == "put_stream":
+        await storage.put_stream(key, chunks(DATA), content_type="application/x-test")
+    else:
+        spooled = storage.temp_path()
+        spooled.write_bytes(DATA)
+        await storage.put_file(key, spooled)
