@@ -43,7 +43,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,8 +272,10 @@ class Spool:
     threads, at most one block behind: the loop keeps receiving while the last block is
     written. Memory holds a few blocks of ``block_bytes`` whatever the size.
 
-    Raises :class:`DownloadFailed` from :meth:`write` past ``max_bytes``; the caller
-    removes ``path`` on any failure. ``write_back`` as for :func:`download`.
+    Raises :class:`DownloadFailed` from :meth:`write` past ``max_bytes``; after any
+    failure or cancellation the caller calls :meth:`discard`, which closes and removes
+    ``path`` (docs/storage.md, "Uploads cancelled mid-write"). ``write_back`` as for
+    :func:`download`.
     """
 
     def __init__(
@@ -293,7 +295,9 @@ class Spool:
         self._pending_bytes = 0
         self._handle: Any = None
         self._hasher: _Hasher | None = None
-        self._writing: asyncio.Future[None] | None = None
+        # The last job handed to a thread (a block's write, then the close): the thread's
+        # own future, whose state a cancelled awaiting task does not change once it runs.
+        self._job: Future[Any] | None = None
 
     async def write(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -304,12 +308,13 @@ class Spool:
         if self._pending_bytes >= self.block_bytes:
             await self._flush()
 
+    async def _wait(self) -> Any:
+        return None if self._job is None else await asyncio.wrap_future(self._job)
+
     async def _flush(self) -> None:
-        if self._writing is not None:
-            await self._writing
+        await self._wait()
         block, self._chunks, self._pending_bytes = self._chunks, [], 0
-        loop = asyncio.get_running_loop()
-        self._writing = loop.run_in_executor(_threads(), self._write_block, block)
+        self._job = _threads().submit(self._write_block, block)
 
     def _write_block(self, chunks: list[bytes]) -> None:
         if self._handle is None:
@@ -322,9 +327,9 @@ class Spool:
     async def finish(self) -> str:
         """Write what is left, close the file; its SHA-256 (hex)."""
         await self._flush()
-        assert self._writing is not None
-        await self._writing
-        return await asyncio.get_running_loop().run_in_executor(_threads(), self._close)
+        await self._wait()
+        self._job = _threads().submit(self._close)
+        return str(await self._wait())
 
     def _open(self) -> None:
         self._handle = self.path.open("wb", buffering=0)
@@ -340,9 +345,20 @@ class Spool:
             self._handle.close()
 
     async def discard(self) -> None:
-        """Stop (after a failure): wait for the block being written, close the file."""
-        if self._writing is not None:
-            with contextlib.suppress(Exception):
-                await self._writing
-        if self._handle is not None:
-            await asyncio.get_running_loop().run_in_executor(_threads(), self._close)
+        """Stop after a failure or a cancellation: once the thread's job (a write, the
+        close) has returned, close the file, end the hashing thread and remove ``path``.
+
+        That runs on a thread to its end even if the awaiting task is cancelled (again),
+        so no cancellation point leaves the file open or the hashing thread waiting.
+        """
+        job = _threads().submit(self._discard, self._job)
+        await asyncio.shield(asyncio.wrap_future(job))
+
+    def _discard(self, last: Future[Any] | None) -> None:
+        if last is not None:
+            wait([last])  # queued before this job: running or done (or cancelled unrun)
+        if self._handle is not None and not self._handle.closed:
+            with contextlib.suppress(OSError):
+                self._close()
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)

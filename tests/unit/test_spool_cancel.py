@@ -1,0 +1,84 @@
+"""An upload cancelled mid-write (client gone, shutdown) leaves nothing behind: no temp
+file, no open descriptor, no hashing thread waiting for a block (gateway/download.py
+:class:`Spool`, gateway/uploads.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import gateway.download
+from gateway.download import SPOOL_BLOCK_BYTES
+from gateway.storage.local import LocalStorage
+from gateway.uploads import Uploads
+
+
+def _open_under(root: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)):
+            found.append(target)
+    return found
+
+
+def _hashers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "cutover-hash" and t.is_alive()]
+
+
+@pytest.mark.parametrize("cancels", [1, 2], ids=["cancelled-writing", "cancelled-discarding"])
+async def test_a_cancelled_upload_closes_removes_and_releases_its_spool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cancels: int
+) -> None:
+    gate = threading.Event()
+    real_write = gateway.download._write
+
+    def slow_write(handle: Any, block: bytes) -> None:
+        gate.wait(10)  # the first block is still being written when the task is cancelled
+        real_write(handle, block)
+
+    monkeypatch.setattr(gateway.download, "_write", slow_write)
+    storage = LocalStorage(tmp_path / "assets", fsync=True)
+    copier = SimpleNamespace(max_output_bytes=1 << 30, accept=lambda raw: raw)
+    uploads = Uploads(copier=copier, storage=storage, store=None, tokens={})  # type: ignore[arg-type]
+    before = set(_hashers())
+    reading = asyncio.Event()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield bytes(SPOOL_BLOCK_BYTES)  # written on a thread (held by the gate)
+        yield bytes(SPOOL_BLOCK_BYTES)  # waits for the first block's write
+        reading.set()
+        await asyncio.Event().wait()
+        yield b""
+
+    task = asyncio.create_task(uploads.receive("j1", "out.bin", "image/png", None, body()))
+    await asyncio.sleep(0.2)  # the second block waits for the first's write
+    assert not task.done()
+    for _ in range(cancels):
+        task.cancel()
+        await asyncio.sleep(0.05)
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    deadline = time.monotonic() + 5
+    incoming = tmp_path / "assets"
+    while time.monotonic() < deadline:
+        leftovers = [p for p in incoming.rglob("*") if p.is_file()]
+        if not leftovers and not _open_under(incoming) and set(_hashers()) <= before:
+            break
+        await asyncio.sleep(0.05)
+    assert [p for p in incoming.rglob("*") if p.is_file()] == []
+    assert _open_under(incoming) == []
+    assert set(_hashers()) <= before
