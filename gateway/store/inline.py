@@ -17,12 +17,22 @@ so the event loop never stalls:
   grows with its size.
 
 Calls never overlap: while one waits on its thread, the next one waits for it.
+
+The thread waits for the lock in slices of :data:`BUSY_SLICE_S` (SQLite's own wait
+cannot be interrupted), so closing the connection while a call waits there (its caller
+was cancelled, then SQLAlchemy closed or terminated the connection) ends the wait within
+a slice; the close itself is left to the thread once the call has returned: closing the
+connection under the running statement crashed the process. The thread's outcome is
+always retrieved, so a cancelled wait logs nothing (docs/storage.md, "A cancelled lock
+wait").
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +41,7 @@ import aiosqlite
 __all__ = ["InlineConnection", "connect"]
 
 LARGE_PARAMETER_BYTES = 64 * 1024
+BUSY_SLICE_S = 0.1  # a thread's wait for the lock, between two looks at whether to give up
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -69,14 +80,24 @@ class _AtOnce:
             future.set_result(result)
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a thread call's outcome seen: its caller may have been cancelled."""
+    if not future.cancelled():
+        future.exception()
+
+
 class InlineConnection(aiosqlite.Connection):
     """See the module docstring. ``busy_timeout_s``: how long a call that found the
     database locked waits for it, on a worker thread."""
 
     def __init__(self, connector: Callable[[], sqlite3.Connection], busy_timeout_s: float):
         super().__init__(connector, iter_chunk_size=64)
-        self._busy_timeout_ms = int(busy_timeout_s * 1000)
+        self._busy_timeout_s = busy_timeout_s
         self._waiting: asyncio.Future[Any] | None = None
+        # Between the loop (stop) and a call's thread: whether a call runs there now.
+        self._lock = threading.Lock()
+        self._on_thread = False
+        self._give_up = False  # set by close/stop: the call on the thread stops waiting
         self._tx = _AtOnce()  # type: ignore[assignment]
 
     def __await__(self):
@@ -99,7 +120,9 @@ class InlineConnection(aiosqlite.Connection):
             except sqlite3.OperationalError as exc:
                 if not _busy(exc):
                     raise
+        self._give_up = False
         self._waiting = asyncio.ensure_future(asyncio.to_thread(self._patiently, fn, args, kwargs))
+        self._waiting.add_done_callback(_retrieve)
         try:
             return await asyncio.shield(self._waiting)
         finally:
@@ -107,20 +130,44 @@ class InlineConnection(aiosqlite.Connection):
                 self._waiting = None
 
     def _patiently(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        conn = self._conn
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        with self._lock:
+            if not self._running or self._connection is None:
+                raise ValueError("Connection closed")
+            conn, self._on_thread = self._connection, True
+        deadline = time.monotonic() + self._busy_timeout_s
         try:
-            return fn(*args, **kwargs)
+            while True:
+                slice_s = min(BUSY_SLICE_S, deadline - time.monotonic())
+                conn.execute(f"PRAGMA busy_timeout = {max(1, int(slice_s * 1000))}")
+                try:
+                    return fn(*args, **kwargs)
+                except sqlite3.OperationalError as exc:
+                    locked = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
+                    if not locked or self._give_up or time.monotonic() >= deadline:
+                        raise
         finally:
-            conn.execute("PRAGMA busy_timeout = 0")
+            with self._lock:  # stop() closes nothing while a call runs here
+                self._on_thread = False
+                if self._running:
+                    conn.execute("PRAGMA busy_timeout = 0")
+                else:  # stopped while the call ran: the close was left to us
+                    self._close_now()
 
-    def stop(self) -> None:
-        self._running = False
+    def _close_now(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
 
+    def stop(self) -> None:
+        with self._lock:
+            self._running = False
+            if self._on_thread:  # closed by the thread once the call returns
+                self._give_up = True
+            else:
+                self._close_now()
+
     async def close(self) -> None:
+        self._give_up = True  # the wait is not wanted any more
         if self._waiting is not None:
             await asyncio.wait([self._waiting])
         self.stop()
