@@ -10,6 +10,11 @@ loopback (``0.0.0.0`` -> ``127.0.0.1``, ``::`` -> ``::1``), and exits 0 when the
 (that file is the only trust anchor; the host name is not checked, since the probe
 reaches the gateway by its loopback address and the certificate names the public one).
 
+``--timeout`` is a deadline for the whole probe (connect, TLS handshake, request and
+answer), not for each socket operation: a listener that answers a byte at a time would
+otherwise keep a probe running far past it. The probe runs on a daemon thread, given up
+when the deadline passes (README, "Container").
+
 Exit status 1 also covers a configuration that does not load, or a bad argument (a
 ``--timeout`` must be a number of seconds over 0): Docker reserves 2 for its
 own use, and a container whose gateway cannot start is not healthy. One line says why
@@ -27,11 +32,12 @@ import math
 import os
 import ssl
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from contracts.errors import ConfigurationError
 from gateway.config import GatewaySettings, load_settings
@@ -123,20 +129,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cutover health: {exc.detail}", file=sys.stderr)
         return 1
     try:
-        with urllib.request.urlopen(url, timeout=args.timeout, context=context) as answer:  # noqa: S310 (http(s) only)
-            status = answer.status
-    except urllib.error.HTTPError as exc:  # 503 Not ready: its problem detail says why
-        print(f"cutover health: {url} answered {exc.code}: {_detail(exc)}", file=sys.stderr)
-        return 1
+        status, detail = _within(args.timeout, _get, url, args.timeout, context)
     except (urllib.error.URLError, OSError) as exc:  # refused, timed out, TLS mismatch
         why = getattr(exc, "reason", exc)
         print(f"cutover health: cannot reach {url}: {why}", file=sys.stderr)
+        return 1
+    if detail is not None:  # 503 Not ready: its problem detail says why
+        print(f"cutover health: {url} answered {status}: {detail}", file=sys.stderr)
         return 1
     if status != 200:
         print(f"cutover health: {url} answered {status}", file=sys.stderr)
         return 1
     print(f"ready: {url}")
     return 0
+
+
+def _get(url: str, timeout_s: float, context: ssl.SSLContext | None) -> tuple[int, str | None]:
+    """GET ``url``: its status, and for an error status its detail."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as answer:  # noqa: S310 (http(s) only)
+            return answer.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, _detail(exc)
+
+
+def _within(timeout_s: float, function: Any, *args: Any) -> Any:
+    """``function(*args)`` on a daemon thread, given up (``TimeoutError``) after
+    ``timeout_s``; the process exits without waiting for it."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as exc:  # noqa: BLE001 (raised again by the caller's thread)
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="cutover-health-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _detail(error: urllib.error.HTTPError) -> str:
