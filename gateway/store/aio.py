@@ -84,10 +84,11 @@ class Engine:
     the Core engine underneath: its events (``connect``, ``begin``, ``commit``) are where
     listeners go."""
 
-    __slots__ = ("__weakref__", "sync_engine")
+    __slots__ = ("__weakref__", "disposals", "sync_engine")
 
     def __init__(self, sync_engine: sa.Engine) -> None:
         self.sync_engine = sync_engine
+        self.disposals = 0  # dispose() calls so far: see Connection.close
 
     @property
     def dialect(self) -> Dialect:
@@ -109,21 +110,26 @@ class Engine:
         return _Begin(self)
 
     async def dispose(self) -> None:
-        """Close the pool's connections (checked-out ones close when returned)."""
+        """Close the pool's connections; checked-out ones close when returned (a task
+        still in a transaction at shutdown: a group flush, a lease renewal; SQLAlchemy
+        would hand them back to the pool it replaced, where they stayed open)."""
         await greenlet_spawn(self.sync_engine.dispose)
+        self.disposals += 1
 
 
 class Connection:
     """One pooled connection (``AsyncConnection``'s part the store uses); entered with
     ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
 
-    __slots__ = ("engine", "sync_connection")
+    __slots__ = ("_disposals", "engine", "sync_connection")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sync_connection: sa.Connection | None = None
+        self._disposals = engine.disposals
 
     async def __aenter__(self) -> Connection:
+        self._disposals = self.engine.disposals
         self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
         return self
 
@@ -171,8 +177,12 @@ class Connection:
         return await greenlet_spawn(fn, self._sync(), *args, **kw)
 
     async def close(self) -> None:
-        """Roll back whatever is open and return the connection to the pool."""
+        """Roll back whatever is open and return the connection to the pool; closed
+        instead when the engine was disposed of since it was taken (docs/reliability.md,
+        "Shutdown and the store")."""
         if self.sync_connection is not None:
+            if self._disposals != self.engine.disposals:
+                await greenlet_spawn(self.sync_connection.invalidate)
             await greenlet_spawn(self.sync_connection.close)
 
 
