@@ -22,7 +22,8 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   since the cancel with :data:`gateway.reaper.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
-* a cancel requested while the submit was in flight -> the provider is told to cancel;
+* a cancel requested while the submit was in flight -> the provider is told to cancel
+  (the reaper is woken to send it then, not at the cancel grace);
   a job the provider itself finished meanwhile (its webhook overtook the submit) keeps
   its provider id and is not canceled.
 
@@ -289,6 +290,8 @@ class Dispatcher(Loop):
             await self._finished_meanwhile(provider, job, request, snapshot)
             return
         self._notifier.job_changed(job.id, updated)
+        if self._stopped(updated):  # canceled (or expired) while the submit was in flight:
+            self._notifier.wake(LoopName.REAPER)  # it sends the cancel now, not at the grace
         if next_check is not None:  # an idle poller may sleep past it (loop_max_idle_s)
             self._notifier.due(LoopName.POLLER, next_check)
         logs.info(log, "job_submitted", {"job_id": job.id, "provider": provider.name})

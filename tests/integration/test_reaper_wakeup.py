@@ -8,6 +8,7 @@ round every ``loop_interval_s`` meanwhile). The loops run for real here.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,3 +89,40 @@ async def test_a_waiting_shadow_is_dropped_when_its_max_wait_runs_out(
                                  what="the shadow dropped")
     assert (await store.get(shadow.id)).error == WAITED
     assert time.monotonic() - created < max_wait_s + 3  # not at loop_max_idle_s
+
+
+async def test_a_cancel_made_while_the_submit_was_in_flight_reaches_the_provider_at_once(
+    make_settings: Callable[..., Settings], aiohttp_client: Callable[..., Any],
+) -> None:
+    # Found by hand with the replicate client (create, then cancel at once, on a real Cog
+    # server): the cancel landed while the dispatcher's submit was in flight, so the
+    # reaper, woken by it, found nothing submitted to cancel and went back to sleep
+    # until the cancel grace; the 4-second prediction ran to "succeeded".
+    app, client = await _running_app(
+        make_settings(gateway={"loop_max_idle_s": MAX_IDLE_S}), aiohttp_client
+    )
+    fake = app[keys.PROVIDERS]["fake"].adapter
+    assert isinstance(fake, FakeAdapter)
+    submitting, release = asyncio.Event(), asyncio.Event()
+    submit = fake.submit
+
+    async def held(request: Any) -> Any:
+        submitting.set()
+        await release.wait()
+        return await submit(request)
+
+    fake.submit = held  # type: ignore[method-assign]
+    response = await client.post("/v1/predictions", headers=HEADERS,
+                                 json={"version": VERSION, "input": {"prompt": "x"}})
+    assert response.status == 201, await response.text()
+    job_id = (await response.json())["id"]
+    await asyncio.wait_for(submitting.wait(), MAX_IDLE_S / 2)
+    cancel = await client.post(f"/v1/predictions/{job_id}/cancel", headers=HEADERS)
+    assert cancel.status == 200
+    await asyncio.sleep(0.5)  # the reaper, woken by the cancel, found nothing to send
+    release.set()
+    asked = time.monotonic()
+    await wait_until(lambda: fake.provider_job_id(job_id) in fake.cancel_calls,
+                     timeout_s=MAX_IDLE_S / 2, interval_s=0.05,
+                     what="the provider told to cancel")
+    assert time.monotonic() - asked < 3  # not at the cancel grace (30 s) or loop_max_idle_s
