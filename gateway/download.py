@@ -27,7 +27,8 @@ from the environment is used (``http.client`` does neither); the type check runs
 headers, before the body is read; a body over ``max_bytes`` (by its ``Content-Length``,
 or as it arrives) is refused; the whole download has a deadline (each read's socket
 timeout is what is left of it); cancelling the awaiting task shuts the socket down so
-the threads stop at once.
+the threads stop at once, and the receiving thread removes the file it may have created
+meanwhile (docs/storage.md, "Uploads cancelled mid-write").
 """
 
 from __future__ import annotations
@@ -221,6 +222,9 @@ class _Job:
             return Downloaded(content_type, sha256, size)
         finally:
             conn.close()
+            if self._aborted:  # the caller is gone, maybe before the file was created
+                with contextlib.suppress(OSError):
+                    self.path.unlink(missing_ok=True)
 
     def _body(self, response: http.client.HTTPResponse) -> tuple[str, int]:
         size = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -82,3 +83,51 @@ async def test_a_cancelled_upload_closes_removes_and_releases_its_spool(
     assert [p for p in incoming.rglob("*") if p.is_file()] == []
     assert _open_under(incoming) == []
     assert set(_hashers()) <= before
+
+
+async def test_a_download_cancelled_twice_leaves_no_temp_file(tmp_path: Path) -> None:
+    """The caller removes the file once cancelled; a second cancellation used to let it
+    do so before the download's thread had created the file, which then stayed."""
+    server = socket.create_server(("127.0.0.1", 0))
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 10\r\n\r\n"
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(answer)
+            time.sleep(2)  # the body never comes in time
+
+    threading.Thread(target=serve, daemon=True).start()
+    checking, release = threading.Event(), threading.Event()
+
+    def accept(raw: str) -> str:  # on the download's thread, before the file is opened
+        checking.set()
+        release.wait(5)
+        return raw
+
+    path = tmp_path / "incoming"
+    port = server.getsockname()[1]
+
+    async def copy() -> None:
+        try:
+            await gateway.download.download(
+                f"http://127.0.0.1:{port}/out.png", path, max_bytes=1 << 20, timeout_s=10,
+                accept=accept,
+            )
+        except BaseException:
+            await asyncio.to_thread(path.unlink, missing_ok=True)  # as gateway/outputs.py
+            raise
+
+    task = asyncio.create_task(copy())
+    await asyncio.to_thread(checking.wait, 5)
+    for _ in range(2):
+        task.cancel()
+        await asyncio.sleep(0.05)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.sleep(0.5)  # the thread goes on to open the file, then sees the abort
+    server.close()
+    assert not path.exists()
+    assert _open_under(tmp_path) == []
