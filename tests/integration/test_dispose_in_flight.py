@@ -18,12 +18,14 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy import text
 
 from gateway.store import db
+from gateway.store.creates import CreateBatcher
 from gateway.store.group import Group
 from gateway.store.heartbeat import Repeat
 from tests.support.databases import database_url_for
@@ -68,6 +70,24 @@ async def _in_group(work: Callable[[], Awaitable[None]]) -> Callable[[], Awaitab
     return cancel
 
 
+async def _in_creates(work: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """A create handler awaiting the create batcher's flush (its insert replaced by
+    ``work``); returns how to cancel it."""
+    batcher = CreateBatcher(store=None)  # type: ignore[arg-type]
+
+    async def insert(group: list[Any]) -> list[Any]:
+        await work()
+        return [None] * len(group)
+
+    batcher._insert = insert  # type: ignore[method-assign]
+    caller = asyncio.create_task(batcher.create(None))  # type: ignore[arg-type]
+
+    async def cancel() -> None:
+        caller.cancel()
+
+    return cancel
+
+
 async def _in_repeat(work: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
     """A heartbeat whose timer has fired; returns its stop(), cancelled twice."""
     timer = Repeat(work, 0.01, "test_failure")
@@ -82,7 +102,9 @@ async def _in_repeat(work: Callable[[], Awaitable[None]]) -> Callable[[], Awaita
     return cancel
 
 
-@pytest.mark.parametrize("holder", [_in_group, _in_repeat], ids=["group-flush", "repeat"])
+@pytest.mark.parametrize(
+    "holder", [_in_group, _in_creates, _in_repeat], ids=["group-flush", "create-flush", "repeat"]
+)
 async def test_dispose_leaves_no_connection_of_a_task_in_flight(
     backend: str, tmp_path: Path, holder: Callable[..., Awaitable[Callable[[], Awaitable[None]]]],
 ) -> None:
