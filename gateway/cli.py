@@ -35,7 +35,7 @@ from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
 from gateway import app, healthcheck, logs, providers, routecli
 from gateway.clock import utcnow
-from gateway.config import Settings, load_settings
+from gateway.config import GatewaySettings, Settings, load_settings
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
@@ -312,6 +312,8 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
         extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
     )
     sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
+    if sock is None:
+        _resolvable(gw)
     try:
         app.serve(settings, ssl_context=context, sock=sock)
     except (ConnectionError, socket.gaierror) as exc:  # at start: the database, mostly
@@ -324,6 +326,18 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
             "(another process has that port, or the address is not one of this machine's)"
         ) from exc
     return 0
+
+
+def _resolvable(gw: GatewaySettings) -> None:
+    """A listen host that does not resolve is named as such: its ``gaierror`` was taken
+    for the store's ("cannot reach the store at sqlite...")."""
+    try:
+        socket.getaddrinfo(gw.host, gw.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigurationError(
+            f"cannot listen on [gateway] listen = {gw.listen}: {exc.strerror} (the host is "
+            "not an address or a name of this machine)"
+        ) from exc
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_
 from __future__ import annotations
 
 import difflib
-import math
 import re
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -45,6 +43,7 @@ from gateway.sections import (
     LoggingSettings,
     RetentionSettings,
     StorageSettings,
+    WebhookSettings,
 )
 
 __all__ = [
@@ -127,6 +126,10 @@ class GatewaySettings(_Section):
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"listen must be host:port, got {value!r}")
+        if int(port) > 65535:  # uvloop bound the port modulo 65536 (99999: 34463)
+            raise ValueError(f"listen port must be 0 to 65535, got {value!r}")
+        if ":" in host and not (host.startswith("[") and host.endswith("]")):
+            raise ValueError(f"an IPv6 address goes in brackets, [::1]:8080; got {value!r}")
         return value
 
     @field_validator("public_url", "callback_url")
@@ -147,7 +150,8 @@ class GatewaySettings(_Section):
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0]
+        """The address to bind: an IPv6 one without its brackets (``[::]:8080``: ``::``)."""
+        return self.listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
 
     @property
     def port(self) -> int:
@@ -165,46 +169,6 @@ class GatewaySettings(_Section):
     def webhook_base_url(self) -> str:
         """The base URL providers call back on (``callback_url``, else ``public_url``)."""
         return self.callback_url or self.public_url
-
-
-class WebhookSettings(_Section):
-    """``[webhooks]``: outbound webhooks to apps (docs/replicate-api.md §6, docs/webhooks.md).
-
-    ``retry_delays_s[i]`` is the wait after failed attempt ``i + 1`` of a ``completed``
-    event (each scaled by a random factor within ``1 ± retry_jitter_ratio``); a receiver's
-    ``Retry-After`` is honoured up to ``max_retry_after_s``. ``timeout_s`` bounds one
-    whole attempt. ``previous_signing_secret`` is also signed with until
-    ``previous_valid_until`` (timezone-aware), for a rotation overlap.
-    """
-
-    allow_hosts: list[str] = Field(default_factory=list)
-    signing_secret: SecretStr | None = None
-    previous_signing_secret: SecretStr | None = None
-    previous_valid_until: datetime | None = None
-    retry_delays_s: list[float] = Field(
-        default_factory=lambda: [1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0]
-    )
-    retry_jitter_ratio: float = Field(default=0.1, ge=0, lt=1)
-    max_retry_after_s: float = Field(default=300.0, ge=0)
-    timeout_s: float = Field(default=10.0, gt=0)
-    throttle_s: float = Field(default=0.5, ge=0)
-    max_concurrency: int = Field(default=64, gt=0)
-    max_per_host: int = Field(default=16, gt=0)
-
-    @field_validator("retry_delays_s")
-    @classmethod
-    def _finite_delays(cls, value: list[float]) -> list[float]:
-        if any(not math.isfinite(d) or d < 0 for d in value):
-            raise ValueError("retry delays must be finite and >= 0 seconds")
-        return value
-
-    @model_validator(mode="after")
-    def _rotation(self) -> WebhookSettings:
-        if (self.previous_signing_secret is None) != (self.previous_valid_until is None):
-            raise ValueError("previous_signing_secret and previous_valid_until go together")
-        if self.previous_valid_until is not None and self.previous_valid_until.tzinfo is None:
-            raise ValueError("previous_valid_until needs a time zone (e.g. 2026-06-01T00:00:00Z)")
-        return self
 
 
 class ProviderSettings(_Section):

@@ -1,13 +1,18 @@
 """Configuration sections of the gateway's outer surface (re-exported by
-:mod:`gateway.config`): ``[storage]``, ``[files]``, ``[logging]`` and ``[limits]``."""
+:mod:`gateway.config`): ``[storage]``, ``[files]``, ``[logging]``, ``[limits]``,
+``[retention]``, ``[admin]`` and ``[webhooks]``."""
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from contracts.errors import ConfigurationError
 from gateway.storage.base import MIN_PART_BYTES, PART_SIZE_BYTES
+from gateway.webhooks.signing import check_secret
 
 __all__ = [
     "AdminSettings",
@@ -17,6 +22,7 @@ __all__ = [
     "LoggingSettings",
     "RetentionSettings",
     "StorageSettings",
+    "WebhookSettings",
 ]
 
 
@@ -122,3 +128,55 @@ class AdminSettings(_Section):
             else (f"admin-{i}", t.get_secret_value())
             for i, t in enumerate(self.tokens, start=1)
         ]
+
+
+class WebhookSettings(_Section):
+    """``[webhooks]``: outbound webhooks to apps (docs/replicate-api.md §6, docs/webhooks.md).
+
+    ``retry_delays_s[i]`` is the wait after failed attempt ``i + 1`` of a ``completed``
+    event (each scaled by a random factor within ``1 ± retry_jitter_ratio``); a receiver's
+    ``Retry-After`` is honoured up to ``max_retry_after_s``. ``timeout_s`` bounds one
+    whole attempt. ``previous_signing_secret`` is also signed with until
+    ``previous_valid_until`` (timezone-aware), for a rotation overlap.
+    """
+
+    allow_hosts: list[str] = Field(default_factory=list)
+    signing_secret: SecretStr | None = None
+    previous_signing_secret: SecretStr | None = None
+    previous_valid_until: datetime | None = None
+    retry_delays_s: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0]
+    )
+    retry_jitter_ratio: float = Field(default=0.1, ge=0, lt=1)
+    max_retry_after_s: float = Field(default=300.0, ge=0)
+    timeout_s: float = Field(default=10.0, gt=0)
+    throttle_s: float = Field(default=0.5, ge=0)
+    max_concurrency: int = Field(default=64, gt=0)
+    max_per_host: int = Field(default=16, gt=0)
+
+    @field_validator("retry_delays_s")
+    @classmethod
+    def _finite_delays(cls, value: list[float]) -> list[float]:
+        if any(not math.isfinite(d) or d < 0 for d in value):
+            raise ValueError("retry delays must be finite and >= 0 seconds")
+        return value
+
+    @field_validator("signing_secret", "previous_signing_secret")
+    @classmethod
+    def _whsec(cls, value: SecretStr | None) -> SecretStr | None:
+        """One the signer would refuse: ``check`` passed it and ``serve`` stopped after
+        it had started (docs/webhooks.md)."""
+        if value is not None:
+            try:
+                check_secret(value.get_secret_value())
+            except ConfigurationError as exc:
+                raise ValueError(exc.detail) from None
+        return value
+
+    @model_validator(mode="after")
+    def _rotation(self) -> WebhookSettings:
+        if (self.previous_signing_secret is None) != (self.previous_valid_until is None):
+            raise ValueError("previous_signing_secret and previous_valid_until go together")
+        if self.previous_valid_until is not None and self.previous_valid_until.tzinfo is None:
+            raise ValueError("previous_valid_until needs a time zone (e.g. 2026-06-01T00:00:00Z)")
+        return self

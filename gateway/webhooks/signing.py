@@ -31,7 +31,7 @@ import standardwebhooks
 
 from contracts import errors
 
-__all__ = ["SECRET_PREFIX", "Signer", "compact_json", "generate_secret"]
+__all__ = ["SECRET_PREFIX", "Signer", "check_secret", "compact_json", "generate_secret"]
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the scheme's prefix, not a secret
 _SECRET_BYTES = 32
@@ -372,6 +372,12 @@ class Signer:
             "webhook-timestamp": str(timestamp_s),
             "webhook-signature": self.sign(msg_id, timestamp_s, body, now=now),
         }
+
+
+def check_secret(secret: str) -> None:
+    """Raise ``ConfigurationError`` (never naming the secret) for a secret the signer
+    refuses: the configuration checks ``[webhooks] signing_secret`` with it at load."""
+    _checked_secret(secret)
 
 
 def _checked_secret(secret: str) -> bytes:

@@ -1,0 +1,80 @@
+"""Configuration mistakes a new user makes, each named in one line by ``check`` or
+``serve`` (found by hand from a fresh clone, README "Configuration")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contracts.errors import ConfigurationError
+from gateway import cli
+from gateway.config import load_settings
+from gateway.healthcheck import probe_url
+
+ROUTED = """
+[providers.local-cog]
+kind = "cog"
+base_url = "http://127.0.0.1:5000"
+
+[[routes]]
+model = "acme/echo"
+provider = "local-cog"
+"""
+
+
+def _config(tmp_path: Path, gateway: str, extra: str = "") -> Path:
+    path = tmp_path / "cutover.toml"
+    path.write_text(
+        f'[gateway]\n{gateway}\napi_tokens = ["r8_test"]\n'
+        f'database_url = "sqlite+aiosqlite:///{tmp_path}/cutover.db"\n'
+        f'storage_url = "file://{tmp_path}/assets"\n{extra}{ROUTED}'
+    )
+    return path
+
+
+@pytest.mark.parametrize(("listen", "says"), [
+    # uvloop bound 99999 modulo 65536: the gateway served on 34463, saying nothing
+    ("127.0.0.1:99999", "listen port must be 0 to 65535, got '127.0.0.1:99999'"),
+    # aiohttp was handed "::1:8080" as a host name
+    ("::1:8080", "an IPv6 address goes in brackets, [::1]:8080; got '::1:8080'"),
+])
+def test_a_listen_address_that_cannot_be_bound_as_written_is_refused(
+    listen: str, says: str, tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(_config(tmp_path, f'listen = "{listen}"'))
+    assert f"  gateway.listen: {says}" in raised.value.detail.splitlines()
+
+
+def test_an_ipv6_listen_address_in_brackets_is_bound_without_them(tmp_path: Path) -> None:
+    """``[::1]:8080`` reached aiohttp as the host "[::1]": "cannot reach the store"."""
+    gateway = load_settings(_config(tmp_path, 'listen = "[::1]:8080"')).gateway
+    assert (gateway.host, gateway.port) == ("::1", 8080)
+    assert gateway.public_url == "http://[::1]:8080"
+    assert probe_url(gateway) == "http://[::1]:8080/ready"
+    anywhere = load_settings(_config(tmp_path, 'listen = "[::]:8080"')).gateway
+    assert anywhere.host == "::" and probe_url(anywhere) == "http://[::1]:8080/ready"
+
+
+def test_serve_on_a_host_that_does_not_resolve_names_the_listener_not_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = _config(tmp_path, 'listen = "nohost.invalid:8080"')
+    assert cli.main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(
+        "cutover: cannot listen on [gateway] listen = nohost.invalid:8080: "
+    ), err
+    assert "store" not in err[-1]
+
+
+def test_a_signing_secret_the_signer_refuses_is_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``check`` passed it; ``serve`` started, then stopped on it with a logged traceback."""
+    config = _config(tmp_path, "", '[webhooks]\nsigning_secret = "s3cret-abc"\n')
+    assert cli.main(["check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "  webhooks.signing_secret: webhook secret must start with 'whsec_'" in err
+    assert "s3cret" not in err
