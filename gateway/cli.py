@@ -90,7 +90,7 @@ def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
     command.add_argument(
         "--config",
         type=Path,
-        default=os.environ.get("CUTOVER_CONFIG"),
+        default=os.environ.get("CUTOVER_CONFIG") or None,  # empty: unset, not "."
         help="TOML configuration file (default: $CUTOVER_CONFIG)",
     )
     command.add_argument("--log-level", default=None, type=str.upper, choices=LEVELS,

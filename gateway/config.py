@@ -65,6 +65,7 @@ __all__ = [
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UPLOAD_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,}$")
+_UNION_MODELS = frozenset({AdminToken.__name__})  # tags pydantic puts in an error's loc
 
 
 class _Section(BaseModel):
@@ -329,7 +330,12 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _key(error: Any) -> str:
-    return ".".join(str(part) for part in error["loc"]) or "(top level)"
+    """The setting's dotted path, without pydantic's tags of union members: an admin
+    token was named ``admin.tokens.0.lax-or-strict[lax=json-or-python[...]]...`` and
+    ``admin.tokens.0.AdminToken.token``."""
+    parts = [str(part) for part in error["loc"]
+             if not (isinstance(part, str) and ("[" in part or part in _UNION_MODELS))]
+    return ".".join(parts) or "(top level)"
 
 
 def _message(error: Any) -> str:

@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         description="GET /ready on the configured listener; exit 0 when ready, 1 otherwise",
     )
     parser.add_argument(
-        "--config", type=Path, default=os.environ.get("CUTOVER_CONFIG"),
+        "--config", type=Path, default=os.environ.get("CUTOVER_CONFIG") or None,
         help="TOML configuration file, as for serve (default: $CUTOVER_CONFIG)",
     )
     parser.add_argument(

@@ -78,3 +78,24 @@ def test_a_signing_secret_the_signer_refuses_is_a_configuration_error(
     err = capsys.readouterr().err
     assert "  webhooks.signing_secret: webhook secret must start with 'whsec_'" in err
     assert "s3cret" not in err
+
+
+def test_an_admin_token_table_without_its_token_is_named_without_pydantic_tags(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path, "", '[admin]\ntokens = [{name = "alice"}]\n')
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(config)
+    lines = raised.value.detail.splitlines()[1:]
+    assert lines == ["  admin.tokens.0: Input should be a valid string",
+                     "  admin.tokens.0.token: Field required"]
+
+
+def test_an_empty_cutover_config_is_no_configuration_not_the_directory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``CUTOVER_CONFIG=`` said "configuration file . does not exist"."""
+    monkeypatch.setenv("CUTOVER_CONFIG", "")
+    with pytest.raises(SystemExit):
+        cli.main(["routes", "list"])
+    assert "give its configuration with --config FILE" in capsys.readouterr().err
