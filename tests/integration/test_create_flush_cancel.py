@@ -1,0 +1,92 @@
+"""The create batcher's flusher cancelled mid-insert (gateway/store/creates.py): every
+caller it was answering, or that was queued behind it, gets an answer - a 503 the client
+may retry, never a 201 for a row that was not committed, never a wait without end."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+
+from contracts.errors import ServiceUnavailable
+from gateway.http import keys
+from gateway.store.creates import CreateBatcher
+from tests.support.gateway import VERSION, GatewayHarness
+
+
+@asynccontextmanager
+async def _jobs_locked(url: str) -> AsyncIterator[None]:
+    """Another connection holds what an insert into ``jobs`` waits for."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.split("///", 1)[1], isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+            conn.close()
+        return
+    pg = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with pg.transaction():
+            await pg.execute("LOCK TABLE jobs IN EXCLUSIVE MODE")
+            yield
+    finally:
+        await pg.close()
+
+
+async def test_a_create_whose_flush_is_cancelled_answers_503_and_stores_nothing(
+    gateway: GatewayHarness, database_url: str,
+) -> None:
+    body = {"version": VERSION, "input": {"n": 1}}
+    async with _jobs_locked(database_url):
+        posting = asyncio.create_task(
+            gateway.client.post("/v1/predictions", json=body, headers=gateway.headers))
+        await asyncio.sleep(0.3)  # the flusher's insert waits for the lock
+        flusher = gateway.app[keys.PREDICTIONS]._creates._flusher
+        assert flusher is not None and not flusher.done()
+        flusher.cancel()  # as at shutdown
+        response = await asyncio.wait_for(posting, 5)
+    assert response.status == 503, await response.text()
+    assert response.content_type == "application/problem+json"
+    assert response.headers["Retry-After"]
+    listed = await gateway.client.get("/v1/predictions", headers=gateway.headers)
+    assert (await listed.json())["results"] == []
+    retried = await gateway.client.post("/v1/predictions", json=body, headers=gateway.headers)
+    assert retried.status == 201  # a batcher whose flusher was cancelled still works
+
+
+@pytest.mark.parametrize("where", ["insert", "alone"])
+async def test_every_caller_of_a_cancelled_flusher_is_answered(where: str) -> None:
+    """The group in flight (in its insert, or retried row by row after it failed) and
+    the creates queued behind it."""
+    started = asyncio.Event()
+
+    class Store:
+        async def create(self, new: Any, shadow: Any) -> Any:
+            started.set()
+            await asyncio.Event().wait()
+
+    async def insert(group: list[Any]) -> list[Any]:
+        if where == "alone":
+            raise OSError("the group's insert failed")
+        started.set()
+        await asyncio.Event().wait()
+        return []
+
+    batcher = CreateBatcher(store=Store())  # type: ignore[arg-type]
+    batcher._insert = insert  # type: ignore[method-assign]
+    first = asyncio.create_task(batcher.create(1))  # type: ignore[arg-type]
+    await asyncio.wait_for(started.wait(), 5)
+    queued = asyncio.create_task(batcher.create(2))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert batcher._flusher is not None
+    batcher._flusher.cancel()
+    for caller in (first, queued):
+        with pytest.raises(ServiceUnavailable):
+            await asyncio.wait_for(caller, 2)
