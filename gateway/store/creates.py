@@ -13,6 +13,11 @@ A group whose insert fails (an idempotency key used twice, a value the store ref
 retried row by row through :meth:`gateway.store.jobs.JobStore.create`, so one bad row
 fails only its own request and a reused key still gets its stored job or its conflict.
 The answer is built from the inserted values themselves: nothing is read back.
+
+A flusher cancelled before it answered its group (at shutdown) answers it, and the creates
+queued behind it, with :class:`contracts.errors.ServiceUnavailable` (503, retry): its
+commit may or may not have happened, and only a commit seen to succeed earns a 201
+(docs/reliability.md, "Shutdown and the store").
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from contracts.errors import ServiceUnavailable
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.jobs import JobStore, NewJob
@@ -69,18 +75,35 @@ class CreateBatcher:
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:
-        while self._queue:
-            group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
-            try:
-                created = await self._insert([(new, shadow) for new, shadow, _ in group])
-            except (SQLAlchemyError, OSError) as exc:
-                log.info("create_group_retried_alone", extra={"rows": len(group),
-                                                             "error": type(exc).__name__})
-                await asyncio.gather(*(self._alone(*queued) for queued in group))
-                continue
-            for (_, _, future), job in zip(group, created, strict=True):
+        group: list[_Queued] = []
+        try:
+            while self._queue:
+                group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                await self._commit(group)
+        except asyncio.CancelledError:
+            # Cancelled (at shutdown) before its group was answered: whether that group's
+            # commit happened is not known, so no 201 - a 503 to retry (an idempotency
+            # key then finds the stored job); the creates queued behind it, never begun,
+            # get the same answer rather than no answer at all.
+            stopped = ServiceUnavailable("the gateway stopped before the prediction was "
+                                         "known to be stored; retry")
+            for _, _, future in [*group, *self._queue]:
                 if not future.done():
-                    future.set_result((job, True))
+                    future.set_exception(stopped)
+            self._queue = []
+            raise
+
+    async def _commit(self, group: list[_Queued]) -> None:
+        try:
+            created = await self._insert([(new, shadow) for new, shadow, _ in group])
+        except (SQLAlchemyError, OSError) as exc:
+            log.info("create_group_retried_alone", extra={"rows": len(group),
+                                                         "error": type(exc).__name__})
+            await asyncio.gather(*(self._alone(*queued) for queued in group))
+            return
+        for (_, _, future), job in zip(group, created, strict=True):
+            if not future.done():
+                future.set_result((job, True))
 
     async def _alone(
         self, new: NewJob, shadow: NewJob | None, future: asyncio.Future[tuple[Job, bool]]
