@@ -68,7 +68,9 @@ def _limit(request: web.Request, default: int = 100) -> int:
     return limit
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def _body(request: web.Request, takes: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The JSON object of a route change; with ``takes``, no field but those and
+    ``reason`` (a misspelt ``"percnet"`` beside ``"percent"`` was ignored, answered 200)."""
     try:
         body = json.loads(await request.read() or b"{}")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -77,6 +79,10 @@ async def _body(request: web.Request) -> dict[str, Any]:
         raise ContractViolation("the request body must be a JSON object")
     if not isinstance(body.get("reason"), str) or not body["reason"].strip():
         raise ContractViolation('a route change needs a non-empty "reason"')
+    if takes is not None and (unknown := sorted(set(body) - {"reason", *takes})):
+        wanted = " and ".join(f'"{name}"' for name in (*takes, "reason"))
+        raise ContractViolation(f"unknown field(s) {', '.join(unknown)}: this change takes "
+                                f"{wanted}")
     return body
 
 
@@ -114,7 +120,7 @@ async def route_changes(request: web.Request) -> web.Response:
 @routes.post(_ROUTE + "/canary")
 async def set_canary(request: web.Request) -> web.Response:
     """Set the canary percent."""
-    body = await _body(request)
+    body = await _body(request, takes=("percent",))
     if "percent" not in body:
         raise ContractViolation('the body needs "percent" (0 to 100)')
     entry = await _control(request).set_canary(
@@ -126,7 +132,7 @@ async def set_canary(request: web.Request) -> web.Response:
 @routes.post(_ROUTE + "/rollback")
 async def rollback(request: web.Request) -> web.Response:
     """Canary back to 0."""
-    body = await _body(request)
+    body = await _body(request, takes=())
     entry = await _control(request).rollback(_key(request), who=_who(request),
                                              reason=body["reason"])
     return await _changed(request, entry)
@@ -135,7 +141,7 @@ async def rollback(request: web.Request) -> web.Response:
 @routes.post(_ROUTE + "/shadow")
 async def set_shadow(request: web.Request) -> web.Response:
     """Set the shadow percent."""
-    body = await _body(request)
+    body = await _body(request, takes=("percent",))
     if "percent" not in body:
         raise ContractViolation('the body needs "percent" (0 to 100)')
     entry = await _control(request).set_shadow(

@@ -112,6 +112,9 @@ async def test_admin_changes_are_live_audited_and_hidden_from_apps(canary):
         (f"/routes/{ROUTE}/shadow", {"percent": 200, "reason": "r"}, 422),
         (f"/routes/{ROUTE}/shadow", {"percent": 10, "reason": "no shadow_policy"}, 422),
         ("/routes/acme/plain/canary", {"percent": 5, "reason": "no candidate"}, 422),
+        # a misspelt field beside the right ones was ignored (200, the change made)
+        (f"/routes/{ROUTE}/canary", {"percent": 5, "reason": "r", "percnet": 50}, 422),
+        (f"/routes/{ROUTE}/rollback", {"reason": "r", "percent": 50}, 422),
     ],
 )
 async def test_bad_admin_input_is_4xx_and_changes_nothing(canary, path, body, status):
