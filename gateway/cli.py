@@ -36,6 +36,7 @@ from contracts.times import parse_time
 from gateway import app, healthcheck, logs, providers, routecli
 from gateway.clock import utcnow
 from gateway.config import GatewaySettings, Settings, load_settings
+from gateway.envnames import ignored_environment
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
@@ -173,6 +174,8 @@ def _check(settings: Settings, path: Path | None) -> int:
     problems = readiness_problems(settings) + _tls_problems(settings)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
+    for ignored in ignored_environment(Settings.model_fields):
+        print(f"cutover: warning: {ignored}", file=sys.stderr)
     gw = settings.gateway
     print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
           " + CUTOVER_* environment")
@@ -306,6 +309,8 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     context = _tls_context(settings)
     for problem in readiness_problems(settings):
         log.warning("configuration_incomplete", extra={"problem": problem})
+    for ignored in ignored_environment(Settings.model_fields):
+        log.warning("environment_ignored", extra={"problem": ignored})
     scheme = "https" if context is not None else "http"
     log.info(
         "gateway_starting",

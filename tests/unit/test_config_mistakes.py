@@ -99,3 +99,20 @@ def test_an_empty_cutover_config_is_no_configuration_not_the_directory(
     with pytest.raises(SystemExit):
         cli.main(["routes", "list"])
     assert "give its configuration with --config FILE" in capsys.readouterr().err
+
+
+def test_check_warns_of_cutover_variables_that_set_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both were ignored without a word, the file's listen kept."""
+    monkeypatch.setenv("CUTOVER_GATWAY__LISTEN", "127.0.0.1:9001")
+    monkeypatch.setenv("CUTOVER_GATEWAY_LISTEN", "127.0.0.1:9002")
+    monkeypatch.setenv("CUTOVER_TEST_FLAG", "1")  # a tool's own flag: no section, no word
+    assert cli.main(["check", "--config", str(_config(tmp_path, ""))]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        "cutover: warning: CUTOVER_GATEWAY_LISTEN is ignored: a setting takes two "
+        "underscores after its section, CUTOVER_GATEWAY__LISTEN",
+        "cutover: warning: CUTOVER_GATWAY__LISTEN names no section of the configuration "
+        "and is ignored (did you mean CUTOVER_GATEWAY__LISTEN?)",
+    ]
