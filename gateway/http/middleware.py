@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
 from contracts.auth import bearer_token, credentials
@@ -132,6 +133,12 @@ def problem_for(request: web.Request, exc: Exception) -> web.Response:
         if "Allow" in exc.headers:  # a 405 must say what is allowed (RFC 9110 §15.5.6)
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+    if isinstance(exc, web.RequestPayloadError):  # a body that cannot be read as it was sent
+        cause = exc.__cause__
+        why = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+        log.info("request_unreadable", extra={"path": request.path, "error": why.strip()})
+        return problem_response(400, "Bad request",
+                                f"the request body could not be read: {why.strip()}")
     if _client_gone(request, exc):  # not the store: nobody is left to answer
         log.info("client_disconnected", extra={"path": request.path})
         return problem_response(499, "Client closed request", "the client went away")
