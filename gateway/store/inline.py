@@ -18,6 +18,12 @@ so the event loop never stalls:
 
 Calls never overlap: while one waits on its thread, the next one waits for it.
 
+A call is made again only when its failed run changed nothing: no row (an
+``executemany`` outside a transaction commits each row as it goes; made again, it
+inserted the first rows twice) and no transaction begun or ended. The store's statements
+all run inside ``BEGIN IMMEDIATE``, where the lock is met at the ``BEGIN`` (or, in a
+rollback journal, at the ``COMMIT``), both made again safely.
+
 The thread waits for the lock in slices of :data:`BUSY_SLICE_S` (SQLite's own wait
 cannot be interrupted), so closing the connection while a call waits there (its caller
 was cancelled, then SQLAlchemy closed or terminated the connection) ends the wait within
@@ -49,6 +55,13 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     if code is not None:
         return code & 0xFF == sqlite3.SQLITE_BUSY
     return "database is locked" in str(exc)
+
+
+def _state(conn: sqlite3.Connection) -> tuple[int, bool]:
+    """What a call that failed must have left as it was to be made again: the rows
+    changed so far (an ``executemany`` outside a transaction commits row by row) and
+    whether a transaction is open (SQLite may roll one back on an error)."""
+    return conn.total_changes, conn.in_transaction
 
 
 def _large(args: tuple[Any, ...]) -> bool:
@@ -115,10 +128,11 @@ class InlineConnection(aiosqlite.Connection):
         if not self._running or self._connection is None:
             raise ValueError("Connection closed")
         if not _large(args):
+            before = _state(self._connection)
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
-                if not _busy(exc):
+                if not _busy(exc) or _state(self._connection) != before:
                     raise
         self._give_up = False
         self._waiting = asyncio.ensure_future(asyncio.to_thread(self._patiently, fn, args, kwargs))
@@ -139,11 +153,14 @@ class InlineConnection(aiosqlite.Connection):
             while True:
                 slice_s = min(BUSY_SLICE_S, deadline - time.monotonic())
                 conn.execute(f"PRAGMA busy_timeout = {max(1, int(slice_s * 1000))}")
+                before = _state(conn)
                 try:
                     return fn(*args, **kwargs)
                 except sqlite3.OperationalError as exc:
                     locked = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY
                     if not locked or self._give_up or time.monotonic() >= deadline:
+                        raise
+                    if _state(conn) != before:  # partly done: not to be made again
                         raise
         finally:
             with self._lock:  # stop() closes nothing while a call runs here
