@@ -39,6 +39,7 @@ from gateway.config import GatewaySettings, Settings, load_settings
 from gateway.envnames import ignored_environment
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
+from gateway.validation import schema_problem
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
@@ -203,6 +204,10 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [gateway] api_tokens: every API request would be 401")
     token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
     problems.extend(providers.missing_credentials(token_envs, os.environ))
+    for route in settings.routes:
+        if (why := schema_problem(route.openapi_schema)) is not None:
+            name = f"{route.model}:{route.version}" if route.version else route.model
+            problems.append(f"route {name}: {why}: every create on it would fail")
     return problems
 
 

@@ -24,7 +24,10 @@ from contracts.errors import ConfigurationError, ContractViolation
 if TYPE_CHECKING:
     from jsonschema import ValidationError
 
-__all__ = ["PROVIDER_SCHEMA", "InputInvalid", "InputValidator", "Schemas", "load_schema"]
+__all__ = [
+    "PROVIDER_SCHEMA", "InputInvalid", "InputValidator", "Schemas", "load_schema",
+    "schema_problem",
+]
 
 #: ``openapi_schema = "provider"``: read the schema once from the route's provider.
 PROVIDER_SCHEMA = "provider"
@@ -57,6 +60,19 @@ def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigurationError(f"openapi_schema file {path} is not a JSON object")
     return loaded
+
+
+def schema_problem(source: dict[str, Any] | str | None) -> str | None:
+    """Why a route's ``openapi_schema`` (inline or a file) cannot be used, or None; a
+    provider's own schema is read at the first create. ``cutover check`` names it: a file
+    that did not load passed the check, and every create on the route was a 500."""
+    if source is None or source == PROVIDER_SCHEMA:
+        return None
+    try:
+        InputValidator(load_schema(source))
+    except ConfigurationError as exc:
+        return exc.detail
+    return None
 
 
 class InputValidator:

@@ -116,3 +116,26 @@ def test_check_warns_of_cutover_variables_that_set_nothing(
         "cutover: warning: CUTOVER_GATWAY__LISTEN names no section of the configuration "
         "and is ignored (did you mean CUTOVER_GATEWAY__LISTEN?)",
     ]
+
+
+def test_check_names_a_route_whose_schema_cannot_be_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It passed; serve started and every create on the route was a 500."""
+    path = tmp_path / "cutover.toml"
+    path.write_text(
+        _config(tmp_path, "").read_text()
+        + f'openapi_schema = "{tmp_path}/nope.json"\n\n'
+        + '[[routes]]\nmodel = "acme/inline"\nprovider = "local-cog"\n'
+        + 'openapi_schema = {openapi = "3.1.0"}\n'
+    )
+    assert cli.main(["check", "--config", str(path)]) == 1
+    problems = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("cutover: route")]
+    assert problems == [
+        f"cutover: route acme/echo: openapi_schema file {tmp_path}/nope.json is unreadable: "
+        f"[Errno 2] No such file or directory: '{tmp_path}/nope.json': every create on it "
+        "would fail",
+        "cutover: route acme/inline: the model schema has no components.schemas.Input "
+        "object: every create on it would fail",
+    ]
