@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, web
 
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
@@ -54,11 +54,14 @@ async def create_file(request: web.Request) -> web.Response:
     service = request.app[FILES]
     if not request.content_type.startswith("multipart/"):
         raise ContractViolation("upload a file as multipart/form-data with a 'content' part")
-    reader = await request.multipart()
+    try:
+        reader = await request.multipart()
+    except ValueError as exc:  # "boundary missed for Content-Type: multipart/form-data"
+        raise _malformed(exc) from exc
     stored: FileRecord | None = None
     metadata: Any = {}
     try:
-        while (part := await reader.next()) is not None:
+        while (part := await _next_part(reader)) is not None:
             if not isinstance(part, BodyPartReader):
                 continue
             if part.name == "content" and stored is None:
@@ -79,19 +82,39 @@ async def create_file(request: web.Request) -> web.Response:
     return json_response(service.wire(record), status=201)
 
 
+def _malformed(exc: ValueError) -> ContractViolation:
+    """aiohttp's ValueError for a body that is not the multipart it claims: the client's
+    422, not the gateway's 500 (docs/files.md)."""
+    return ContractViolation(f"the multipart body is malformed: {exc}")
+
+
+async def _next_part(reader: MultipartReader) -> Any:
+    try:
+        return await reader.next()
+    except ValueError as exc:  # "Could not find starting boundary b'--xyz'"
+        raise _malformed(exc) from exc
+
+
+async def _read_chunk(part: BodyPartReader, size: int) -> bytes:
+    try:
+        return await part.read_chunk(size)
+    except ValueError as exc:
+        raise _malformed(exc) from exc
+
+
 def _content_type(part: BodyPartReader) -> str:
     raw = part.headers.get("Content-Type", "").split(";")[0].strip().lower()
     return raw if MEDIA_TYPE_RE.match(raw) else "application/octet-stream"
 
 
 async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
-    while chunk := await part.read_chunk(1 << 16):
+    while chunk := await _read_chunk(part, 1 << 16):
         yield chunk
 
 
 async def _metadata(part: BodyPartReader) -> Any:
     raw = bytearray()
-    while chunk := await part.read_chunk(1 << 14):
+    while chunk := await _read_chunk(part, 1 << 14):
         raw += chunk
         if len(raw) > _MAX_METADATA_BYTES:
             raise ContractViolation(f"metadata is larger than {_MAX_METADATA_BYTES} bytes")

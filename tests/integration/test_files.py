@@ -112,3 +112,21 @@ async def test_a_file_input_reaches_the_provider_as_a_signed_url(
 
 async def test_upload_needs_a_token(gateway: GatewayHarness) -> None:
     assert (await gateway.client.post("/v1/files", data=form())).status == 401
+
+
+@pytest.mark.parametrize(("content_type", "body", "says"), [
+    ("multipart/form-data", b"garbage", "boundary missed"),
+    ("multipart/form-data; boundary=xyz", b"garbage", "starting boundary"),
+])
+async def test_a_malformed_multipart_body_is_422_and_keeps_nothing(
+    gateway: GatewayHarness, content_type: str, body: bytes, says: str,
+) -> None:
+    """Both were 500 "the gateway failed", aiohttp's ValueError logged as unhandled."""
+    response = await gateway.client.post(
+        "/v1/files", data=body, headers={**gateway.headers, "Content-Type": content_type}
+    )
+    assert response.status == 422, await response.text()
+    problem = await response.json()
+    assert "the multipart body is malformed" in problem["detail"] and says in problem["detail"]
+    listed = await gateway.client.get("/v1/files", headers=gateway.headers)
+    assert (await listed.json())["results"] == []
