@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -131,3 +132,40 @@ async def test_a_download_cancelled_twice_leaves_no_temp_file(tmp_path: Path) ->
     server.close()
     assert not path.exists()
     assert _open_under(tmp_path) == []
+
+
+async def test_an_upload_cancelled_twice_while_cleaning_up_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cancelled while the file is moved into storage, then again while the temp file
+    is removed: the removal, queued on a worker thread, was cancelled with the task
+    before it ran (``asyncio.to_thread``), and the temp file stayed."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))  # busy: a job queued there waits
+    storage = LocalStorage(tmp_path / "assets", fsync=False)
+    moving = asyncio.Event()
+
+    async def put_file(key: str, path: Path) -> None:
+        moving.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(storage, "put_file", put_file)
+    copier = SimpleNamespace(max_output_bytes=1 << 30, accept=lambda raw: raw)
+    uploads = Uploads(copier=copier, storage=storage, store=None, tokens={})  # type: ignore[arg-type]
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"an output file"
+
+    task = asyncio.create_task(uploads.receive("j1", "out.bin", "image/png", None, body()))
+    await asyncio.wait_for(moving.wait(), 5)
+    gate = threading.Event()
+    busy = loop.run_in_executor(None, gate.wait, 5)
+    task.cancel()  # the move is given up; the temp file's removal is queued
+    await asyncio.sleep(0.05)
+    task.cancel()  # ... and cancelled before a thread took it
+    gate.set()
+    await busy
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.3)
+    assert [p for p in (tmp_path / "assets").rglob("*") if p.is_file()] == []
