@@ -50,7 +50,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["BLOCK_BYTES", "WRITE_BYTES", "DownloadFailed", "Downloaded", "Spool", "download"]
+__all__ = [
+    "BLOCK_BYTES", "WRITE_BYTES", "DownloadFailed", "Downloaded", "Spool", "download", "remove",
+]
 
 BLOCK_BYTES = 4 << 20  # one read, one hash update
 WRITE_BYTES = 16 << 10  # one write() to the file (see the module's docstring)
@@ -107,6 +109,14 @@ async def download(
         with contextlib.suppress(Exception):
             await future  # the threads have closed the file before the caller removes it
         raise
+
+
+async def remove(path: Path) -> None:
+    """Remove the temp file ``path`` (if there) on a worker thread, to the end even when
+    the caller is cancelled meanwhile: a removal merely queued by ``asyncio.to_thread``
+    was cancelled with its caller, and the file stayed (docs/storage.md, "Uploads
+    cancelled mid-write")."""
+    await asyncio.shield(asyncio.to_thread(path.unlink, missing_ok=True))
 
 
 def _threads() -> ThreadPoolExecutor:

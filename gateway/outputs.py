@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from contracts.errors import CutoverError
-from gateway.download import DownloadFailed, download
+from gateway.download import DownloadFailed, download, remove
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord
 
@@ -230,7 +230,7 @@ class OutputCopier:
                 )
         finally:
             if file.path is not None:
-                await asyncio.to_thread(file.path.unlink, missing_ok=True)
+                await remove(file.path)
         return self.asset_url(key)
 
     def _check_type(self, content_type: str) -> None:
@@ -260,7 +260,7 @@ class OutputCopier:
                 accept=self.accept, write_back=self._storage.fsync,
             )
         except BaseException as exc:
-            await asyncio.to_thread(path.unlink, missing_ok=True)
+            await remove(path)
             if isinstance(exc, DownloadFailed):
                 reason = str(exc)
                 if "exceeds the limit" not in reason:

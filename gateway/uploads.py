@@ -20,13 +20,12 @@ fails a prediction whose output names an upload that was never recorded
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterable, Mapping
 
 from contracts.errors import CutoverError, NotFound, PayloadTooLarge
-from gateway.download import DownloadFailed, Spool
+from gateway.download import DownloadFailed, Spool, remove
 from gateway.outputs import AssetError, OutputCopier, asset_key
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord, JobStore
@@ -142,7 +141,7 @@ class Uploads:
             key = asset_key(job_id, sha256, name, content_type)
             await self._storage.put_file(key, path)
         finally:
-            await asyncio.to_thread(path.unlink, missing_ok=True)
+            await remove(path)
         return key, AssetRecord(
             key=key, sha256=sha256, size_bytes=spool.size, content_type=content_type,
             source="upload",
