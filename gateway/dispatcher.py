@@ -38,7 +38,7 @@ import functools
 import logging
 import random
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from contracts.errors import (
@@ -283,8 +283,7 @@ class Dispatcher(Loop):
             )
         )
         if terminal:
-            async with self._store.holding(job.id):
-                await self._finalizer.finalize(await self._store.get(job.id), snapshot)
+            await self._apply_result(job, snapshot, next_check)
             return
         if updated is None:
             await self._finished_meanwhile(provider, job, request, snapshot)
@@ -295,6 +294,22 @@ class Dispatcher(Loop):
         if next_check is not None:  # an idle poller may sleep past it (loop_max_idle_s)
             self._notifier.due(LoopName.POLLER, next_check)
         logs.info(log, "job_submitted", {"job_id": job.id, "provider": provider.name})
+
+    async def _apply_result(
+        self, job: Job, snapshot: ProviderSnapshot, next_check: datetime | None
+    ) -> None:
+        """A submit that answered with the result: apply it under the job's apply lease
+        (:meth:`JobStore.applying`; its provider events wait meanwhile), unless events of
+        the job wait to be applied (a webhook that overtook the answer, its copy perhaps
+        under way): they say the same, and the first poll follows in case they do not.
+        A provider that cannot be polled applies the result regardless."""
+        async with self._store.applying(job.id, unless_events=next_check is not None) as held:
+            if held:
+                await self._finalizer.finalize(await self._store.get(job.id), snapshot)
+                return
+        await self._store.release(job.id, next_attempt_at=next_check)  # if still active
+        if next_check is not None:
+            self._notifier.due(LoopName.POLLER, next_check)
 
     async def _finished_meanwhile(
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot

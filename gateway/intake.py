@@ -19,7 +19,7 @@ import logging
 import random
 from collections import defaultdict
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from contracts.errors import WebhookVerificationError
 from gateway import boundary
@@ -111,6 +111,15 @@ class Intake:
         return True
 
 
+class _Applying(Exception):  # a signal, not an error
+    """Another loop holds the event's job under an apply lease until ``retry_at`` (or is
+    checked again then): docs/lifecycle.md, "Leases during an apply"."""
+
+    def __init__(self, retry_at: datetime) -> None:
+        super().__init__(retry_at)
+        self.retry_at = retry_at
+
+
 class EventProcessor(Loop):
     """Applies stored provider events, oldest first, one job's events in order.
 
@@ -122,7 +131,11 @@ class EventProcessor(Loop):
     later (docs/lifecycle.md, "Order of a job's provider events"); after
     ``max_attempts`` tries (counted in this process), or at once for a permanent error,
     it is marked processed with its error logged: it never blocks the job's other events
-    for longer (docs/lifecycle.md, "Errors").
+    for longer (docs/lifecycle.md, "Errors"). An event whose job another loop is applying
+    a result to (its apply lease, :mod:`gateway.store.applying`) is not applied beside it:
+    it is released, the job's later events with it, until that lease ends or a quarter of
+    a lease has passed, and then finds the job finished (docs/lifecycle.md, "Leases during
+    an apply"); that is no attempt.
     """
 
     name = LoopName.EVENTS
@@ -170,6 +183,11 @@ class EventProcessor(Loop):
                 await self._apply(event)
             except asyncio.CancelledError:
                 raise
+            except _Applying as applying:  # not an attempt: the job's events wait together
+                log.info("provider_event_waits_for_apply", extra={"job_id": event.job_id})
+                for waiting in events[n:]:
+                    await self._events.release(waiting.id, until=applying.retry_at)
+                return
             except Exception as exc:  # noqa: BLE001 (one event's boundary: classified here)
                 if not await self._failed(event, exc, events[n + 1 :]):
                     return
@@ -209,10 +227,12 @@ class EventProcessor(Loop):
             return
         parse = provider.adapter.parse_webhook
         snapshot = await off_loop(parse, event.body, size=len(event.body))
-        job = await self._store.get(event.job_id)
+        job, applied_until = await self._store.get_applied(event.job_id)
         if job.state.terminal:
             log.info("late_provider_event", extra={"job_id": job.id, "raw": snapshot.raw_status})
             return
+        if applied_until is not None:  # a poll or a submit is applying the job's result
+            raise _Applying(applied_until)
         if job.provider_job_id is not None and snapshot.provider_job_id != job.provider_job_id:
             log.warning(
                 "provider_event_for_another_job",

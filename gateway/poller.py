@@ -142,15 +142,16 @@ class Poller(Loop):
         self._release(job, self._next(job, provider))
 
     async def _finish(self, job: Job, provider: Provider, snapshot: ProviderSnapshot) -> None:
-        """Apply a terminal snapshot, the job's lease renewed while its outputs are copied
-        (:meth:`JobStore.holding`), unless provider events for the job wait to be applied:
-        one of them is being applied, or will be, and says the same (a second copy of the
-        outputs avoided); the job is checked again later, in case they do not finish it."""
-        if await self._store.has_unprocessed_events(job.id):
-            self._release(job, self._next(job, provider))
-            return
-        async with self._store.holding(job.id):
-            await self._finalizer.finalize(job, snapshot)
+        """Apply a terminal snapshot under the job's apply lease (:meth:`JobStore.applying`,
+        renewed while its outputs are copied; the job's provider events wait for it),
+        unless provider events for the job wait to be applied: one of them is being
+        applied, or will be, and says the same (a second copy of the outputs avoided);
+        the job is checked again later, in case they do not finish it."""
+        async with self._store.applying(job.id) as held:
+            if held:
+                await self._finalizer.finalize(job, snapshot)
+                return
+        self._release(job, self._next(job, provider))
 
     async def _lost_for_good(
         self, job: Job, provider: Provider, snapshot: ProviderSnapshot

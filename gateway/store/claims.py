@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.job import Job, JobState
-from gateway.store import heartbeat, lease
+from gateway.store import applying, heartbeat, lease
 from gateway.store.dispatching import MAYBE_SUBMITTED, RESUBMITTING, SUBMITTING, DispatchClaims
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
@@ -59,31 +60,45 @@ class Claims(DispatchClaims):
         return [_job(row) for row in rows]
 
     @contextlib.asynccontextmanager
-    async def holding(self, job_id: str) -> AsyncIterator[None]:
-        """While the body applies a result to ``job_id``, leased here (a terminal one copies
-        its outputs: 60 s a file against a 30 s lease), renew the lease every ``lease_s`` /
-        :data:`~gateway.store.heartbeat.RENEWALS_PER_LEASE` seconds, so that no other process
-        claims the job, fetches and downloads again meanwhile. A timer: a shorter apply
-        writes nothing. A lease lost anyway (the store out of reach for most of a lease) is
-        logged as ``job_lease_lost``; the apply goes on (the finalizer is idempotent)."""
+    async def applying(self, job_id: str, *, unless_events: bool = True) -> AsyncIterator[bool]:
+        """Hold ``job_id``, leased here, under an apply lease while the body applies its
+        result (a terminal one copies its outputs: 60 s a file against a 30 s lease;
+        :mod:`gateway.store.applying`, docs/lifecycle.md, "Leases during an apply").
+        Yields False, and nothing is held, when provider events of the job wait to be
+        applied (``unless_events``: the body leaves the job to them), when the job ended
+        or this process no longer holds it; else True.
+
+        The lease is renewed every ``lease_s`` /
+        :data:`~gateway.store.heartbeat.RENEWALS_PER_LEASE` seconds, so that no other
+        process claims the job, fetches and downloads again meanwhile, and the job's
+        provider events wait for it. A timer: a shorter apply writes nothing more. A
+        lease lost anyway (the store out of reach for most of a lease) is logged as
+        ``job_lease_lost``; the apply goes on (the finalizer is idempotent). A body that
+        raises hands the lease back to the claim's, for the caller's release."""
+        token = applying.new_token()
+        until = self._clock.now() + self._lease_length
+        if not await applying.take(self._engine, job_id, owner=self._owner, token=token,
+                                   until=until, unless_events=unless_events):
+            yield False
+            return
         period_s = self._lease_length.total_seconds() / heartbeat.RENEWALS_PER_LEASE
         timer = heartbeat.Repeat(
-            lambda: self._renew(job_id), period_s, "job_lease_renewal_failed"
+            lambda: self._renew(job_id, token), period_s, "job_lease_renewal_failed"
         )
         try:
-            yield
+            yield True
+        except Exception:
+            await timer.stop()
+            with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
+                await applying.give_back(self._engine, job_id, token, self._owner)
+            raise
         finally:
             await timer.stop()
 
-    async def _renew(self, job_id: str) -> None:
-        async with self._engine.begin() as conn:
-            done = await conn.execute(
-                jobs.update()  # finished meanwhile or not: a terminal job is claimed by none
-                .where(jobs.c.id == job_id, jobs.c.lease_owner == self._owner)
-                .values(leased_until=self._clock.now() + self._lease_length)
-            )
-        if not done.rowcount:  # another process has it
-            log.warning("job_lease_lost", extra={"job_id": job_id})
+    async def _renew(self, job_id: str, token: str) -> None:
+        until = self._clock.now() + self._lease_length
+        if not await applying.renew(self._engine, job_id, token, until):
+            log.warning("job_lease_lost", extra={"job_id": job_id})  # or finished meanwhile
 
     async def postpone_check(self, job_id: str, until: datetime) -> None:
         """Push a submitted job's next poll or watchdog probe back to ``until``.

@@ -6,7 +6,7 @@ copies the outputs, which may take longer than a lease),
 ``lease_s`` / :data:`RENEWALS_PER_LEASE` seconds through a :class:`Heartbeat`, so no other
 process claims and applies them meanwhile. :class:`Repeat`, its timer, also renews a
 job's lease while a poll or a synchronous submit applies its result
-(:meth:`gateway.store.claims.Claims.holding`).
+(:meth:`gateway.store.claims.Claims.applying`).
 """
 
 from __future__ import annotations

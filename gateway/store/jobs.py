@@ -20,12 +20,13 @@ from contracts.errors import Conflict, NotFound
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.route import HIDDEN_ARMS
-from gateway.store import errors, outbox
+from gateway.store import applying, errors, outbox
 from gateway.store.aio import Connection, Engine
 from gateway.store.claims import Claims
 from gateway.store.handoff import Handoff
+from gateway.store.heartbeat import RENEWALS_PER_LEASE
 from gateway.store.ordering import moves_back, outcome_values, progress_values
-from gateway.store.reader import GET_JOB
+from gateway.store.reader import GET_JOB, GET_LEASED_JOB
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import TERMINAL as _TERMINAL
 from gateway.store.records import (
@@ -162,6 +163,26 @@ class JobStore(Claims):
             raise NotFound(f"prediction {job_id!r} does not exist")
         return found
 
+    async def get_applied(self, job_id: str) -> tuple[Job, datetime | None]:
+        """The job with ``job_id`` and, while a loop applies its result under an apply
+        lease (:mod:`gateway.store.applying`), when to look again: when that lease runs
+        out, or a renewal period from now if sooner (its holder may give it up before);
+        None when no result is being applied. One read, as :meth:`get`. ``NotFound`` if
+        there is no such job."""
+        fast = self.fast_reads.leased_job(job_id)
+        if fast is None:
+            async with self._engine.connect() as conn:
+                row = (await conn.execute(GET_LEASED_JOB, {"job_id": job_id})).first()
+            if row is None:
+                raise NotFound(f"prediction {job_id!r} does not exist")
+            fast = (_job(row), row.lease_owner, row.leased_until)
+        job, owner, until = fast
+        now = self._clock.now()
+        held = applying.held_until(owner, until, now)
+        if held is None:
+            return job, None
+        return job, min(held, now + self._lease_length / RENEWALS_PER_LEASE)
+
     def may_be_waiting(self, provider: str) -> bool:
         """Whether a job of ``provider`` may wait for dispatch (unsubmitted and active):
         False only when SQLite's lock-free reader says none does (store/reader.py), so a
@@ -268,7 +289,7 @@ class JobStore(Claims):
     ) -> Job | None:
         """Record that the provider accepted the job; apply its first snapshot; release the
         dispatcher's lease, unless ``keep_lease`` (a submit that answered with the result:
-        the dispatcher holds the job while it applies it, see :meth:`holding`).
+        the dispatcher holds the job while it applies it, see :meth:`applying`).
 
         Returns None when the job already ended (canceled, or finished by a webhook that
         overtook the submit); its provider job id and submit time are recorded anyway.

@@ -28,7 +28,7 @@ from gateway.route import HIDDEN_ARMS
 from gateway.store.aio import Engine
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["GET_JOB", "JobReader", "SqliteReads", "job_of"]
+__all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "SqliteReads", "job_of"]
 
 _COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 _NAMES = [c.name for c in _COLUMNS]
@@ -36,6 +36,9 @@ _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
 _CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
 GET_JOB = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
+# A job with its lease (the provider-event processor: gateway/store/applying.py).
+_LEASED_SQL = f"SELECT {_LIST}, lease_owner, leased_until FROM jobs WHERE id = ?"  # noqa: S608
+GET_LEASED_JOB = GET_JOB.add_columns(jobs.c.lease_owner, jobs.c.leased_until)
 _NOT_HIDDEN = "arm NOT IN ({})".format(", ".join(f"'{arm}'" for arm in HIDDEN_ARMS))
 READ_TIMEOUT_S = 0.25  # a read waits this long for a checkpoint before the engine takes it
 
@@ -114,6 +117,16 @@ class SqliteReads:
         if rows is None:
             return None
         return (_from_sqlite(rows[0]) if rows else None,)
+
+    def leased_job(self, job_id: str) -> tuple[Job, str | None, datetime | None] | None:
+        """``(job, lease_owner, leased_until)``, or None when this reader cannot answer or
+        there is no such job."""
+        rows = self._rows(_LEASED_SQL, (job_id,))
+        if not rows:
+            return None
+        *row, owner, until = rows[0]
+        at = None if until is None else datetime.fromisoformat(until).replace(tzinfo=UTC)
+        return _from_sqlite(row), owner, at
 
     def jobs(self, job_ids: Sequence[str]) -> list[Job] | None:
         """The jobs among ``job_ids`` that exist, or None when this reader cannot answer."""

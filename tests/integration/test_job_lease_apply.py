@@ -9,6 +9,7 @@ server the test releases with an event (both backends).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,8 +20,10 @@ from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
 from gateway.app import LOOPS
-from gateway.store.schema import jobs
+from gateway.store.schema import jobs, provider_events
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.outbox import delivery_loop, outbox_rows
+from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
 
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
@@ -64,12 +67,15 @@ async def job_row(gateway: GatewayHarness, job_id: str) -> sa.Row[Any]:
         return (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).one()
 
 
-async def one_job(make_gateway: Any) -> tuple[GatewayHarness, GatewayHarness, str]:
+async def one_job(
+    make_gateway: Any, **body: Any
+) -> tuple[GatewayHarness, GatewayHarness, str]:
     """Two gateways on one store, and a prediction created (not yet submitted) on the first."""
     first, second = await make_gateway(providers=FILE_HOSTS), await make_gateway(
         providers=FILE_HOSTS
     )
-    job_id = str((await first.create({"version": VERSION, "input": {"prompt": "x"}}))["id"])
+    body = {"version": VERSION, "input": {"prompt": "x"}, **body}
+    job_id = str((await first.create(body))["id"])
     return first, second, job_id
 
 
@@ -92,13 +98,14 @@ async def held_past(gateway: GatewayHarness, job_id: str) -> bool:
     return row.leased_until is not None and row.leased_until > gateway.clock.now()
 
 
-async def other_poll(gateway: GatewayHarness, files: SlowFiles) -> int:
-    """One poller round of ``gateway``, failing (not hanging) if it downloads again."""
-    round_ = asyncio.create_task(loop(gateway, "poller").run_once())
-    await wait_until(lambda: round_.done() or files.requests > 1, what="the poll's end")
+async def other_poll(gateway: GatewayHarness, files: SlowFiles, name: str = "poller") -> int:
+    """One round of ``gateway``'s loop ``name``, failing (not hanging) if it downloads
+    again."""
+    round_ = asyncio.create_task(loop(gateway, name).run_once())
+    await wait_until(lambda: round_.done() or files.requests > 1, what=f"the {name}'s end")
     if not round_.done():
         round_.cancel()
-    assert files.requests == 1, "another process downloaded the output again"
+    assert files.requests == 1, f"the {name} downloaded the output again"
     return await round_
 
 
@@ -166,3 +173,79 @@ async def test_a_poll_leaves_a_finished_job_to_its_event_being_applied(
     assert await other_poll(second, files) == 1  # it found the job finished, left it
     assert len(second.fake.fetch_calls) == polls + 1  # to the event being applied
     await finished_once(first, job_id, files, round_)
+
+
+async def applying(
+    first: GatewayHarness, second: GatewayHarness, job_id: str, files: SlowFiles, by: str
+) -> tuple[asyncio.Task[int], dict[str, str]]:
+    """``first``'s ``by`` (poller or dispatcher) applying the job's result, its output
+    copy under way; the round and the output."""
+    if by == "poller":
+        await first.settle()  # submitted, queued at the provider
+    output = finishes(job_id, files, first, second)  # the dispatcher's: the submit's answer
+    advance(10 if by == "poller" else 0, first, second)  # the next poll is due
+    return await begun(first, by, files), output
+
+
+@pytest.mark.parametrize("arrives_at", ["the applying gateway", "another gateway"])
+@pytest.mark.parametrize("by", ["poller", "dispatcher"])
+async def test_a_webhook_during_an_applys_output_copy_waits_for_it_and_downloads_nothing(
+    make_gateway: Any, files: SlowFiles, by: str, arrives_at: str
+) -> None:
+    async with Receiver() as app_hooks:
+        first, second, job_id = await one_job(
+            make_gateway, webhook=app_hooks.url(), webhook_events_filter=["completed"]
+        )
+        round_, output = await applying(first, second, job_id, files, by)
+        receiving = first if arrives_at == "the applying gateway" else second
+        assert await receiving.deliver(job_id, JobState.COMPLETED, output=output) == 200
+        assert await other_poll(receiving, files, "events") == 1  # taken, put back to wait
+        await finished_once(first, job_id, files, round_)
+        advance(LEASE_S + 1, first, second)  # past the apply's lease: the event is retried
+        assert await loop(receiving, "events").run_once() == 1  # finds the job finished
+        assert await unprocessed(first, job_id) == 0
+        assert files.requests == 1
+        assert await delivery_loop(first).run_once() == 1
+        sent = await app_hooks.wait_for(1)
+        assert [(r.payload["id"], r.payload["status"]) for r in sent] == [(job_id, "succeeded")]
+        rows = await outbox_rows(first.store.engine, job_id)
+        assert [row.event for row in rows] == ["completed"]
+
+
+async def test_a_webhook_applies_once_the_lease_of_a_crashed_apply_has_run_out(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    round_, output = await applying(first, second, job_id, files, "poller")
+    round_.cancel()  # the process dies mid-copy: its apply lease is renewed no more
+    with contextlib.suppress(asyncio.CancelledError):
+        await round_
+    assert await second.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    assert await other_poll(second, files, "events") == 1  # the lease still runs: it waits
+    advance(LEASE_S + 1, first, second)  # it has run out
+    files.release.set()
+    assert await loop(second, "events").run_once() == 1
+    assert (await second.get(job_id))["status"] == "succeeded"
+    assert files.requests == 2  # the dead process's copy, then the event's
+    assert await unprocessed(second, job_id) == 0
+
+
+async def test_a_submit_answering_with_the_result_leaves_it_to_the_event_being_applied(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    output = finishes(job_id, files, first, second)  # the submit's answer: the result
+    assert await first.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    events = await begun(first, "events", files)  # the webhook overtook the submit
+    assert await other_poll(first, files, "dispatcher") == 1  # left to the event
+    await finished_once(first, job_id, files, events)
+    assert (await job_row(first, job_id)).provider_job_id is not None
+
+
+async def unprocessed(gateway: GatewayHarness, job_id: str) -> int:
+    """How many of the job's provider events are not yet applied."""
+    query = sa.select(sa.func.count()).where(
+        provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
+    )
+    async with gateway.store.engine.connect() as conn:
+        return int((await conn.execute(query)).scalar_one())

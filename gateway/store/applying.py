@@ -1,0 +1,93 @@
+"""A job's apply lease: the lease a loop holds on a job while it applies the job's result.
+
+docs/lifecycle.md, "Leases during an apply". The poller, finding a job finished, and the
+dispatcher, whose submit answered with the result, apply it (copying its outputs, which
+may outlast a lease) under a lease of its own: ``lease_owner`` is a token made for that
+apply (:data:`PREFIX` and 24 hex digits), ``leased_until`` renewed every quarter of
+``lease_s`` while the apply lasts (:meth:`gateway.store.claims.Claims.applying`). The
+token tells the provider-event processor, in the job row it reads for every event
+anyway, that a result is being applied there: the event waits until that lease is given
+up or runs out (:meth:`held_until`, :class:`gateway.intake.EventProcessor`), and then
+finds the job finished, without a second copy.
+
+The lease is taken from the claim's (``lease_owner`` the process) in one statement, only
+while no provider event of the job waits to be applied: either the apply leaves the job
+to its events, or a webhook stored meanwhile finds the apply lease. On PostgreSQL the
+job's row is locked first: an event being stored for the job holds a key-share lock on
+it (the foreign key) until it commits, so the statement sees that event, or the event
+commits after the lease and the processor, reading the job after that, finds it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from gateway.store.aio import Engine
+from gateway.store.records import ACTIVE
+from gateway.store.schema import jobs, provider_events
+
+__all__ = ["PREFIX", "give_back", "held_until", "new_token", "renew", "take"]
+
+PREFIX = "apply:"  # lease_owner of a job whose result is being applied
+
+
+def new_token() -> str:
+    """The ``lease_owner`` of one apply (unique, well within the column's 64)."""
+    return PREFIX + secrets.token_hex(12)
+
+
+def held_until(lease_owner: str | None, leased_until: datetime | None, now: datetime
+               ) -> datetime | None:
+    """The end of the apply lease a job's row holds (``lease_owner``, ``leased_until``),
+    when one is held at ``now``; None when no result is being applied (or its holder
+    stopped renewing it and the lease ran out)."""
+    if lease_owner is None or leased_until is None or not lease_owner.startswith(PREFIX):
+        return None
+    return leased_until if leased_until >= now else None
+
+
+async def take(
+    engine: Engine, job_id: str, *, owner: str, token: str, until: datetime, unless_events: bool
+) -> bool:
+    """Turn ``owner``'s lease of the active job ``job_id`` into the apply lease ``token``
+    until ``until``; with ``unless_events``, only while none of its provider events waits
+    to be applied. False when it was not taken (events wait, the job ended, or ``owner``
+    no longer holds it)."""
+    where = [jobs.c.id == job_id, jobs.c.lease_owner == owner, jobs.c.state.in_(ACTIVE)]
+    if unless_events:
+        where.append(~sa.exists().where(
+            provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
+        ))
+    async with engine.begin() as conn:
+        # The row lock first (PostgreSQL; SQLite's writers are serialised): module docstring.
+        await conn.execute(sa.select(jobs.c.id).where(jobs.c.id == job_id).with_for_update())
+        done = await conn.execute(
+            jobs.update().where(*where).values(lease_owner=token, leased_until=until)
+        )
+    return bool(done.rowcount)
+
+
+async def renew(engine: Engine, job_id: str, token: str, until: datetime) -> bool:
+    """Extend the apply lease ``token`` of ``job_id`` to ``until``; False when it is no
+    longer held (the job finished meanwhile, or another process took it)."""
+    async with engine.begin() as conn:
+        done = await conn.execute(
+            jobs.update()  # a finished job has no lease left: a terminal job is claimed by none
+            .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
+            .values(leased_until=until)
+        )
+    return bool(done.rowcount)
+
+
+async def give_back(engine: Engine, job_id: str, token: str, owner: str) -> None:
+    """An apply that failed: the lease is ``owner``'s claim again (so the loop's release
+    of the job, with its retry's backoff, applies), and events no longer wait for it."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            jobs.update()
+            .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
+            .values(lease_owner=owner)
+        )
