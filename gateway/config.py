@@ -307,6 +307,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         When the file is missing or unreadable, or a value is invalid; the message names
         the offending key.
     """
+    if path is not None and path.is_dir():
+        raise ConfigurationError(f"configuration file {path} is a directory, not a TOML file")
     if path is not None and not path.is_file():
         raise ConfigurationError(f"configuration file {path} does not exist")
 

@@ -139,3 +139,10 @@ def test_check_names_a_route_whose_schema_cannot_be_loaded(
         "cutover: route acme/inline: the model schema has no components.schemas.Input "
         "object: every create on it would fail",
     ]
+
+
+def test_a_directory_given_as_the_configuration_is_named_as_one(tmp_path: Path) -> None:
+    """It was "configuration file DIR does not exist"."""
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(tmp_path)
+    assert raised.value.detail == f"configuration file {tmp_path} is a directory, not a TOML file"
