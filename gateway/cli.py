@@ -40,7 +40,7 @@ from gateway.envnames import ignored_environment
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
 from gateway.validation import schema_problem
-from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters, Letter
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
 
@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     listing = _common(actions.add_parser("list-dead", help="list dead-lettered events"))
     listing.add_argument("--since", help="created at or after this time (ISO 8601)")
     listing.add_argument("--until", help="created before this time (ISO 8601)")
-    listing.add_argument("--limit", type=int, default=DEFAULT_LIMIT)
+    listing.add_argument("--limit", type=_limit, default=DEFAULT_LIMIT)
     show = _common(actions.add_parser("show", help="one event, with its payload"))
     show.add_argument("id", help="outbox id or msg_ webhook id")
     replay = _common(actions.add_parser("replay", help="send dead events again"))
@@ -336,6 +336,13 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
             "(another process has that port, or the address is not one of this machine's)"
         ) from exc
     return 0
+
+
+def _limit(text: str) -> int:
+    """``--limit``: a bad one is a usage error (exit 2, docs/webhooks.md), as ``abc`` was."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 1 to {MAX_LIMIT}")
+    return int(text)
 
 
 def _resolvable(gw: GatewaySettings) -> None:

@@ -258,3 +258,16 @@ def test_an_unknown_key_near_a_known_one_is_named(
     path.write_text(toml)
     assert cli.main(["check", "--config", str(path)]) == 2
     assert f"  {line}" in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "5000"])
+def test_a_list_dead_limit_out_of_range_is_a_usage_error(
+    limit: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It was exit 1 after opening the store; docs/webhooks.md says bad arguments are 2."""
+    config = _config(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["webhooks", "list-dead", f"--limit={limit}", "--config", config])
+    assert exited.value.code == 2
+    assert f"'{limit}' is not a number from 1 to 1000" in capsys.readouterr().err
+    assert not (tmp_path / "cutover.db").exists()
