@@ -146,3 +146,23 @@ def test_a_directory_given_as_the_configuration_is_named_as_one(tmp_path: Path) 
     with pytest.raises(ConfigurationError) as raised:
         load_settings(tmp_path)
     assert raised.value.detail == f"configuration file {tmp_path} is a directory, not a TOML file"
+
+
+def test_check_names_a_storage_directory_that_cannot_be_made_and_resolves_a_relative_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file where the directory should go passed check; every file output then failed
+    and every upload was a 500."""
+    (tmp_path / "afile").write_text("")
+    config = _config(tmp_path, "")
+    monkeypatch.setenv("CUTOVER_GATEWAY__STORAGE_URL", f"file://{tmp_path}/afile/assets")
+    assert cli.main(["check", "--config", str(config)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"cutover: storage_url file://{tmp_path}/afile/assets: {tmp_path}/afile is not a "
+        f"directory, so {tmp_path}/afile/assets cannot hold output files"
+    ]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUTOVER_GATEWAY__STORAGE_URL", "file://var/assets")  # not /var
+    assert cli.main(["check", "--config", str(config)]) == 0
+    assert (f"storage     file://var/assets (the directory {tmp_path}/var/assets)"
+            in capsys.readouterr().out.splitlines())
