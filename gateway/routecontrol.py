@@ -10,6 +10,7 @@ See docs/canary.md.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from dataclasses import asdict
 from datetime import timedelta
@@ -23,6 +24,8 @@ from gateway.store.routes import RouteBook
 
 __all__ = ["CHANGEABLE", "RouteControl", "parse_percent"]
 
+_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
+
 #: Spec fields the admin API's PATCH may change.
 CHANGEABLE = frozenset(RouteSpec.model_fields)
 
@@ -35,7 +38,8 @@ def parse_percent(value: Any, what: str = "percent") -> float:
     ContractViolation
         Not a number, not finite, or outside 0-100.
     """
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, str) and not _DECIMAL.fullmatch(value)):
+        # float() took "1_0" as 10 and "٣" as 3: a typo set a canary nobody typed
         raise ContractViolation(f"{what} must be a number from 0 to 100, got {value!r}")
     try:
         number = float(value)

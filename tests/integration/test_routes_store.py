@@ -113,6 +113,7 @@ async def test_a_change_needs_a_reason(book: RouteBook):
     await book.seed({ROUTE: SPEC})
     with pytest.raises(ContractViolation, match="reason"):
         await _control(book).set_canary(ROUTE, 5, who="alice", reason="  ")
-    for bad in ("101", "-1", "nan", "half", True):
+    # float() read "1_0" as 10 and "٣" (Arabic-Indic three) as 3
+    for bad in ("101", "-1", "nan", "half", True, "1_0", "\u0663", "10%"):
         with pytest.raises(ContractViolation):
             await _control(book).set_canary(ROUTE, bad, who="alice", reason="r")
