@@ -19,7 +19,8 @@ from typing import Any, TextIO
 import orjson
 
 __all__ = [
-    "JsonFormatter", "LineHandler", "TextFormatter", "configure", "info", "iso_time", "json_sink",
+    "JsonFormatter", "LineHandler", "TextFormatter", "answered_body_errors", "configure", "info",
+    "iso_time", "json_sink",
 ]
 
 # datetimes and dataclasses as ``str()`` makes them, as json.dumps(default=str) did
@@ -194,6 +195,16 @@ def info(logger: logging.Logger, event: str, fields: dict[str, Any]) -> None:
         logger.info(event, extra=fields, stacklevel=2)
 
 
+def answered_body_errors(record: logging.LogRecord) -> bool:
+    """False for aiohttp's "Unhandled exception" about a request body it could not read
+    (``RequestPayloadError``: not the gzip its ``Content-Encoding`` says): the gateway
+    answered that request 400 (``request_unreadable``) and aiohttp, reading the rest of the
+    body after the answer, met the same error and logged its traceback at ERROR, once per
+    such request anyone sends (docs/logging.md)."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ != "RequestPayloadError"  # aiohttp.web's, not imported here
+
+
 def configure(level: str = "INFO", format: str = "json") -> None:
     """Send ``json`` (or ``text``) lines to stderr at ``level`` (docs/logging.md); the
     gateway's own ``request`` lines replace aiohttp's access log."""
@@ -207,6 +218,9 @@ def configure(level: str = "INFO", format: str = "json") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if answered_body_errors not in server.filters:
+        server.addFilter(answered_body_errors)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Their DEBUG lines carry SQL parameters (tokens, payloads): never below WARNING.
     for name in ("aiosqlite", "asyncpg", "sqlalchemy"):
