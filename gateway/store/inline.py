@@ -27,8 +27,11 @@ rollback journal, at the ``COMMIT``), both made again safely.
 The thread waits for the lock in slices of :data:`BUSY_SLICE_S` (SQLite's own wait
 cannot be interrupted), so closing the connection while a call waits there (its caller
 was cancelled, then SQLAlchemy closed or terminated the connection) ends the wait within
-a slice; the close itself is left to the thread once the call has returned: closing the
-connection under the running statement crashed the process. The thread's outcome is
+a slice; the close itself is left to the call once it has returned: closing the
+connection under the running statement crashed the process. The same holds for a
+statement running on the loop when ``stop()`` comes from another thread (SQLAlchemy
+terminates a connection it finds unreferenced from whichever thread collects garbage).
+The thread's outcome is
 always retrieved, so a cancelled wait logs nothing (docs/storage.md, "A cancelled lock
 wait").
 """
@@ -107,9 +110,10 @@ class InlineConnection(aiosqlite.Connection):
         super().__init__(connector, iter_chunk_size=64)
         self._busy_timeout_s = busy_timeout_s
         self._waiting: asyncio.Future[Any] | None = None
-        # Between the loop (stop) and a call's thread: whether a call runs there now.
+        # Between stop() (any thread) and a call (the loop, or its thread): whether a
+        # statement runs now, so that stop() never closes the connection under it.
         self._lock = threading.Lock()
-        self._on_thread = False
+        self._in_call = False
         self._give_up = False  # set by close/stop: the call on the thread stops waiting
         self._tx = _AtOnce()  # type: ignore[assignment]
 
@@ -125,15 +129,18 @@ class InlineConnection(aiosqlite.Connection):
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._waiting is not None:  # a call on a thread: keep the calls in order
             await asyncio.wait([self._waiting])
-        if not self._running or self._connection is None:
-            raise ValueError("Connection closed")
         if not _large(args):
-            before = _state(self._connection)
+            conn = self._begin_call()
+            before = _state(conn)
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as exc:
-                if not _busy(exc) or _state(self._connection) != before:
+                if not _busy(exc) or _state(conn) != before:
                     raise
+            finally:
+                self._end_call()
+        elif not self._running or self._connection is None:
+            raise ValueError("Connection closed")
         self._give_up = False
         self._waiting = asyncio.ensure_future(asyncio.to_thread(self._patiently, fn, args, kwargs))
         self._waiting.add_done_callback(_retrieve)
@@ -143,11 +150,22 @@ class InlineConnection(aiosqlite.Connection):
             if self._waiting.done():
                 self._waiting = None
 
-    def _patiently(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    def _begin_call(self) -> sqlite3.Connection:
+        """The connection, marked in use (on the loop or its thread) for :meth:`stop`."""
         with self._lock:
             if not self._running or self._connection is None:
                 raise ValueError("Connection closed")
-            conn, self._on_thread = self._connection, True
+            self._in_call = True
+            return self._connection
+
+    def _end_call(self) -> None:
+        with self._lock:
+            self._in_call = False
+            if not self._running:  # stopped while the call ran: the close was left to us
+                self._close_now()
+
+    def _patiently(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        conn = self._begin_call()
         deadline = time.monotonic() + self._busy_timeout_s
         try:
             while True:
@@ -163,12 +181,9 @@ class InlineConnection(aiosqlite.Connection):
                     if _state(conn) != before:  # partly done: not to be made again
                         raise
         finally:
-            with self._lock:  # stop() closes nothing while a call runs here
-                self._on_thread = False
-                if self._running:
-                    conn.execute("PRAGMA busy_timeout = 0")
-                else:  # stopped while the call ran: the close was left to us
-                    self._close_now()
+            if self._running:  # still ours to use: stop() closes nothing during a call
+                conn.execute("PRAGMA busy_timeout = 0")
+            self._end_call()
 
     def _close_now(self) -> None:
         if self._connection is not None:
@@ -178,7 +193,7 @@ class InlineConnection(aiosqlite.Connection):
     def stop(self) -> None:
         with self._lock:
             self._running = False
-            if self._on_thread:  # closed by the thread once the call returns
+            if self._in_call:  # closed by the call once it returns
                 self._give_up = True
             else:
                 self._close_now()
