@@ -249,3 +249,28 @@ async def unprocessed(gateway: GatewayHarness, job_id: str) -> int:
     )
     async with gateway.store.engine.connect() as conn:
         return int((await conn.execute(query)).scalar_one())
+
+
+async def test_an_apply_that_fails_hands_the_job_back_and_holds_no_event(
+    make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    await first.settle()  # submitted, queued at the provider
+    output = finishes(job_id, files, first, second)
+    files.release.set()
+    finish = first.store.finish
+
+    async def blip(*args: Any, **kwargs: Any) -> Any:  # the store fails the apply's record
+        monkeypatch.setattr(first.store, "finish", finish)
+        raise RuntimeError("store blip")
+
+    monkeypatch.setattr(first.store, "finish", blip)
+    advance(10, first, second)  # the next poll is due
+    assert await loop(first, "poller").run_once() == 1
+    row = await job_row(first, job_id)
+    assert (row.state, row.lease_owner, row.leased_until) == ("queued", None, None)  # released
+    assert row.next_attempt_at is not None  # with its retry's backoff
+    assert await second.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    assert await loop(second, "events").run_once() == 1  # applied at once: nothing held
+    assert (await second.get(job_id))["status"] == "succeeded"
+    assert files.requests == 2  # the failed apply's copy, then the event's
