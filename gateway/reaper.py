@@ -181,12 +181,12 @@ class Reaper(Loop):
         The chaos run found predictions ended ``canceled`` here whose provider had
         already finished them ``succeeded`` (their webhooks lost, the polls failing): the
         provider's terminal answer wins, so a job it reports finished is finalized with
-        that answer. True when that happened, or when the provider could not be asked:
-        the job is then tried again (``cancel_resend_s`` later) until three times the
-        grace period has passed and at least :data:`ASKS_BEFORE_GIVING_UP` asks failed
-        (the time alone may have passed while the gateway was down: docs/reliability.md,
-        "What the runs found").
-        """
+        that answer, under an apply lease, or left to the loop or the provider events
+        applying a result already. True when that happened, or when the provider could
+        not be asked: the job is then tried again (``cancel_resend_s`` later) until three
+        times the grace period has passed and at least :data:`ASKS_BEFORE_GIVING_UP` asks
+        failed (the time alone may have passed while the gateway was down:
+        docs/reliability.md, "What the runs found")."""
         provider = self._providers.get(job.provider)
         if (
             provider is None
@@ -207,7 +207,11 @@ class Reaper(Loop):
             return False
         if snapshot.provider_job_id != job.provider_job_id:
             return False
-        await self._finalizer.finalize(job, snapshot)
+        # Under an apply lease, as a poll's (docs/lifecycle.md, "Leases during an apply"):
+        # not held, another loop or the job's events apply a result; the next round sees.
+        async with self._store.applying(job.id, claimed=False) as held:
+            if held:
+                await self._finalizer.finalize(job, snapshot)
         return True
 
 

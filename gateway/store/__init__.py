@@ -28,8 +28,9 @@ claim_dispatch     creating, queued; unsubmitted, -            lease_owner, leas
                    under max_concurrency
 claim_fetch        active; submitted, due, not    -            lease_owner, leased_until
                    leased
-applying           active; this process's lease;  -            lease (an apply's own token,
-                   no unprocessed provider event                until it ends or fails)
+applying           active; this process's lease   -            lease (an apply's own token,
+                   (the reaper's: none held); no                until it ends or fails)
+                   unprocessed provider event
                    (unless told otherwise)
 release            active; this process's lease   -            lease, next_attempt_at
 postpone_check     active; submitted              -            next_attempt_at

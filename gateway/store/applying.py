@@ -1,8 +1,9 @@
 """A job's apply lease: the lease a loop holds on a job while it applies the job's result.
 
-docs/lifecycle.md, "Leases during an apply". The poller, finding a job finished, and the
-dispatcher, whose submit answered with the result, apply it (copying its outputs, which
-may outlast a lease) under a lease of its own: ``lease_owner`` is a token made for that
+docs/lifecycle.md, "Leases during an apply". The poller, finding a job finished, the
+dispatcher, whose submit answered with the result, and the reaper, whose last ask found
+the job finished, apply it (copying its outputs, which may outlast a lease) under a
+lease of its own: ``lease_owner`` is a token made for that
 apply (:data:`PREFIX` and 24 hex digits), ``leased_until`` renewed every quarter of
 ``lease_s`` while the apply lasts (:meth:`gateway.store.claims.Claims.applying`). The
 token tells the provider-event processor, in the job row it reads for every event
@@ -10,7 +11,8 @@ anyway, that a result is being applied there: the event waits until that lease i
 up or runs out (:meth:`held_until`, :class:`gateway.intake.EventProcessor`), and then
 finds the job finished, without a second copy.
 
-The lease is taken from the claim's (``lease_owner`` the process) in one statement, only
+The lease is taken from the claim's (``lease_owner`` the process; the reaper, which claims
+nothing, takes it from nobody's) in one statement, only
 while no provider event of the job waits to be applied: either the apply leaves the job
 to its events, or a webhook stored meanwhile finds the apply lease. On PostgreSQL the
 job's row is locked first: an event being stored for the job holds a key-share lock on
@@ -26,6 +28,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from gateway.store.aio import Engine
+from gateway.store.lease import unleased
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events
 
@@ -50,13 +53,15 @@ def held_until(lease_owner: str | None, leased_until: datetime | None, now: date
 
 
 async def take(
-    engine: Engine, job_id: str, *, owner: str, token: str, until: datetime, unless_events: bool
+    engine: Engine, job_id: str, *, owner: str | None, token: str, now: datetime,
+    until: datetime, unless_events: bool,
 ) -> bool:
-    """Turn ``owner``'s lease of the active job ``job_id`` into the apply lease ``token``
-    until ``until``; with ``unless_events``, only while none of its provider events waits
-    to be applied. False when it was not taken (events wait, the job ended, or ``owner``
-    no longer holds it)."""
-    where = [jobs.c.id == job_id, jobs.c.lease_owner == owner, jobs.c.state.in_(ACTIVE)]
+    """Turn ``owner``'s lease of the active job ``job_id`` (with ``owner`` None: no lease,
+    the reaper's) into the apply lease ``token`` until ``until``; with ``unless_events``,
+    only while none of its provider events waits to be applied. False when it was not
+    taken (events wait, the job ended, or ``owner`` does not hold it, or another does)."""
+    held = jobs.c.lease_owner == owner if owner is not None else unleased(jobs, now)
+    where = [jobs.c.id == job_id, held, jobs.c.state.in_(ACTIVE)]
     if unless_events:
         where.append(~sa.exists().where(
             provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
@@ -82,12 +87,14 @@ async def renew(engine: Engine, job_id: str, token: str, until: datetime) -> boo
     return bool(done.rowcount)
 
 
-async def give_back(engine: Engine, job_id: str, token: str, owner: str) -> None:
+async def give_back(engine: Engine, job_id: str, token: str, owner: str | None) -> None:
     """An apply that failed: the lease is ``owner``'s claim again (so the loop's release
-    of the job, with its retry's backoff, applies), and events no longer wait for it."""
+    of the job, with its retry's backoff, applies; None: no lease), and events no longer
+    wait for it."""
+    back = {"lease_owner": owner} if owner is not None else {
+        "lease_owner": None, "leased_until": None
+    }
     async with engine.begin() as conn:
         await conn.execute(
-            jobs.update()
-            .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
-            .values(lease_owner=owner)
+            jobs.update().where(jobs.c.id == job_id, jobs.c.lease_owner == token).values(**back)
         )

@@ -60,13 +60,16 @@ class Claims(DispatchClaims):
         return [_job(row) for row in rows]
 
     @contextlib.asynccontextmanager
-    async def applying(self, job_id: str, *, unless_events: bool = True) -> AsyncIterator[bool]:
+    async def applying(
+        self, job_id: str, *, unless_events: bool = True, claimed: bool = True
+    ) -> AsyncIterator[bool]:
         """Hold ``job_id``, leased here, under an apply lease while the body applies its
         result (a terminal one copies its outputs: 60 s a file against a 30 s lease;
         :mod:`gateway.store.applying`, docs/lifecycle.md, "Leases during an apply").
         Yields False, and nothing is held, when provider events of the job wait to be
         applied (``unless_events``: the body leaves the job to them), when the job ended
-        or this process no longer holds it; else True.
+        or this process no longer holds it (not ``claimed``, the reaper's: when anyone
+        holds it); else True.
 
         The lease is renewed every ``lease_s`` /
         :data:`~gateway.store.heartbeat.RENEWALS_PER_LEASE` seconds, so that no other
@@ -75,10 +78,10 @@ class Claims(DispatchClaims):
         lease lost anyway (the store out of reach for most of a lease) is logged as
         ``job_lease_lost``; the apply goes on (the finalizer is idempotent). A body that
         raises hands the lease back to the claim's, for the caller's release."""
-        token = applying.new_token()
-        until = self._clock.now() + self._lease_length
-        if not await applying.take(self._engine, job_id, owner=self._owner, token=token,
-                                   until=until, unless_events=unless_events):
+        token, now = applying.new_token(), self._clock.now()
+        owner = self._owner if claimed else None
+        if not await applying.take(self._engine, job_id, owner=owner, token=token, now=now,
+                                   until=now + self._lease_length, unless_events=unless_events):
             yield False
             return
         period_s = self._lease_length.total_seconds() / heartbeat.RENEWALS_PER_LEASE
@@ -90,7 +93,7 @@ class Claims(DispatchClaims):
         except Exception:
             await timer.stop()
             with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
-                await applying.give_back(self._engine, job_id, token, self._owner)
+                await applying.give_back(self._engine, job_id, token, owner)
             raise
         finally:
             await timer.stop()

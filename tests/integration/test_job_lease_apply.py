@@ -274,3 +274,26 @@ async def test_an_apply_that_fails_hands_the_job_back_and_holds_no_event(
     assert await loop(second, "events").run_once() == 1  # applied at once: nothing held
     assert (await second.get(job_id))["status"] == "succeeded"
     assert files.requests == 2  # the failed apply's copy, then the event's
+
+
+async def test_a_webhook_during_the_reapers_last_ask_waits_for_its_apply(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    sections = {"providers": FILE_HOSTS, "gateway": {"cancel_grace_s": 1.0}}
+    first, second = await make_gateway(**sections), await make_gateway(**sections)
+    job_id = str((await first.create({"version": VERSION, "input": {"prompt": "x"}}))["id"])
+    await first.settle()  # submitted, queued at the provider
+    output = finishes(job_id, files, first, second)  # its webhook lost, no poll yet
+    cancel = await first.client.post(f"/v1/predictions/{job_id}/cancel", headers=first.headers)
+    assert cancel.status == 200
+    advance(2, first, second)  # past the cancel's grace: the reaper asks, and applies
+    round_ = await begun(first, "reaper", files)
+    assert await second.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    assert await other_poll(second, files, "events") == 1  # taken, put back to wait
+    files.release.set()
+    await round_
+    assert (await first.get(job_id))["status"] == "succeeded"
+    advance(LEASE_S + 1, first, second)
+    assert await loop(second, "events").run_once() == 1  # finds the job finished
+    assert files.requests == 1
+    assert await unprocessed(second, job_id) == 0
