@@ -65,6 +65,7 @@ __all__ = [
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UPLOAD_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,}$")
+_TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # what an Authorization header can carry
 _UNION_MODELS = frozenset({AdminToken.__name__})  # tags pydantic puts in an error's loc
 
 
@@ -264,6 +265,23 @@ class Settings(BaseSettings):
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")
             seen.add(key)
+        return self
+
+    @model_validator(mode="after")
+    def _tokens_usable(self) -> Settings:
+        """A token no header can carry (empty, a space, a newline pasted from a file)
+        never matched, and an admin token that is also an API token let every app holding
+        it change routes; both were accepted without a word."""
+        gw = self.gateway
+        api = {t.get_secret_value() for t in [*gw.api_tokens, *gw.named_api_tokens.values()]}
+        admin = {token for _, token in self.admin.named_tokens()}
+        for where, tokens in (("gateway API", api), ("[admin]", admin)):
+            if any(not _TOKEN_RE.fullmatch(token) for token in tokens):
+                raise ValueError(f"a {where} token is empty or has a space or control "
+                                 "character (a newline from a file?): no request can send it")
+        if api & admin:
+            raise ValueError("an [admin] token is also a [gateway] API token: every app "
+                             "holding it could change routes; give the admin API its own")
         return self
 
     @classmethod

@@ -166,3 +166,19 @@ def test_check_names_a_storage_directory_that_cannot_be_made_and_resolves_a_rela
     assert cli.main(["check", "--config", str(config)]) == 0
     assert (f"storage     file://var/assets (the directory {tmp_path}/var/assets)"
             in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize(("gateway", "admin", "says"), [
+    ('named_api_tokens = {a = "r8_a", b = ""}', "", "a gateway API token is empty"),
+    ('named_api_tokens = {billing = "r8_b\\n"}', "", "a gateway API token is empty"),
+    ("", '[admin]\ntokens = [{name = "alice", token = "adm x"}]\n', "a [admin] token is empty"),
+    ("", '[admin]\ntokens = ["r8_test"]\n', "an [admin] token is also a [gateway] API token"),
+])
+def test_a_token_no_request_can_send_or_an_admin_token_shared_with_apps_is_refused(
+    gateway: str, admin: str, says: str, tmp_path: Path,
+) -> None:
+    """All were accepted: the first three never matched a request; the last let every
+    app holding r8_test change routes through the admin API."""
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(_config(tmp_path, gateway, admin))
+    assert says in raised.value.detail
