@@ -2,7 +2,8 @@
 (:func:`gateway.store.db.create_engine`), on SQLite and PostgreSQL: what the store relies on
 from it: a transaction committed or rolled back with its block, nothing kept that was not
 committed, results readable after the connection went back, executemany, ``run_sync``, and a
-cancelled block handing its connection back to the pool."""
+cancelled block handing its connection back to the pool, and pooling before and after a
+dispose."""
 
 from __future__ import annotations
 
@@ -121,3 +122,27 @@ async def test_a_cancelled_block_hands_its_connection_back(
         await task
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     assert await names(engine, table) == []  # rolled back, and the pool serves again
+
+
+async def test_connections_are_pooled_before_and_after_a_dispose(
+    engine: aio.Engine, table: sa.Table,
+) -> None:
+    """Returned connections go back to the pool, not closed (aio.Connection.close closes
+    only one taken before a dispose): 5 concurrent workers x 20 transactions open at most
+    5 connections, and as few again once the engine is used after a dispose."""
+    opened: list[object] = []
+    sa.event.listen(engine.sync_engine, "connect", lambda dbapi, _record: opened.append(dbapi))
+
+    async def work() -> None:
+        for _ in range(20):
+            async with engine.begin() as conn:
+                await conn.execute(table.select())
+            async with engine.connect() as conn:
+                await conn.execute(table.select())
+
+    await asyncio.gather(*(work() for _ in range(5)))
+    assert len(opened) <= 5  # (SQLite's one connection may be open already)
+    await engine.dispose()
+    opened.clear()
+    await asyncio.gather(*(work() for _ in range(5)))
+    assert 1 <= len(opened) <= 5
