@@ -90,3 +90,28 @@ async def test_every_caller_of_a_cancelled_flusher_is_answered(where: str) -> No
     for caller in (first, queued):
         with pytest.raises(ServiceUnavailable):
             await asyncio.wait_for(caller, 2)
+
+
+async def test_a_group_whose_insert_fails_unexpectedly_answers_every_caller() -> None:
+    """Not a store error (a row the answer cannot be built from, a bug): the group is
+    retried row by row as for a store error, so each caller gets its own answer; the
+    flusher used to end with the error and leave the group waiting forever."""
+    created: list[Any] = []
+
+    class Store:
+        async def create(self, new: Any, shadow: Any) -> Any:
+            if new == 2:
+                raise ValueError("row 2 refused")
+            created.append(new)
+            return new, True
+
+    async def insert(group: list[Any]) -> list[Any]:
+        raise ValueError("the group's answer could not be built")
+
+    batcher = CreateBatcher(store=Store())  # type: ignore[arg-type]
+    batcher._insert = insert  # type: ignore[method-assign]
+    callers = [asyncio.create_task(batcher.create(n)) for n in (1, 2, 3)]  # type: ignore[arg-type]
+    _, pending = await asyncio.wait(callers, timeout=2)
+    assert not pending
+    assert [c.exception() is None for c in callers] == [True, False, True]
+    assert created == [1, 3]
