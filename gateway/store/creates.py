@@ -9,10 +9,11 @@ flight form the next group. No timer: a lone create is committed at once, and a 
 grows only while the store is busy. Each create's caller is answered only after its own
 row is committed, so a crash right after a 201 never loses the prediction.
 
-A group whose insert fails (an idempotency key used twice, a value the store refuses) is
-retried row by row through :meth:`gateway.store.jobs.JobStore.create`, so one bad row
-fails only its own request and a reused key still gets its stored job or its conflict.
-The answer is built from the inserted values themselves: nothing is read back.
+A group whose insert fails (an idempotency key used twice, a value the store refuses, or
+any other error: its callers must get an answer) is retried row by row through
+:meth:`gateway.store.jobs.JobStore.create`, so one bad row fails only its own request and
+a reused key still gets its stored job or its conflict. The answer is built from the
+inserted values themselves: nothing is read back.
 
 A flusher cancelled before it answered its group (at shutdown) answers it, and the creates
 queued behind it, with :class:`contracts.errors.ServiceUnavailable` (503, retry): its
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.errors import ServiceUnavailable
 from contracts.job import Job
@@ -96,7 +95,7 @@ class CreateBatcher:
     async def _commit(self, group: list[_Queued]) -> None:
         try:
             created = await self._insert([(new, shadow) for new, shadow, _ in group])
-        except (SQLAlchemyError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 (each row alone: its own caller's answer)
             log.info("create_group_retried_alone", extra={"rows": len(group),
                                                          "error": type(exc).__name__})
             await asyncio.gather(*(self._alone(*queued) for queued in group))
