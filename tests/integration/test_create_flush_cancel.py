@@ -115,3 +115,26 @@ async def test_a_group_whose_insert_fails_unexpectedly_answers_every_caller() ->
     assert not pending
     assert [c.exception() is None for c in callers] == [True, False, True]
     assert created == [1, 3]
+
+
+async def test_a_group_committed_whose_answer_was_lost_answers_201(
+    gateway: GatewayHarness,
+) -> None:
+    """The group's COMMIT went through but its answer did not come back (a connection
+    dropped at that moment): retried row by row, each row finds itself already stored
+    (its id is the request's own), so the caller gets its 201 for a committed row, not a
+    500 for a prediction that then runs anyway."""
+    batcher = gateway.app[keys.PREDICTIONS]._creates
+    real_insert = batcher._insert
+
+    async def insert(group: list[Any]) -> list[Any]:
+        await real_insert(group)
+        raise OSError("connection lost after COMMIT")
+
+    batcher._insert = insert  # type: ignore[method-assign]
+    body = {"version": VERSION, "input": {"n": 1}}
+    response = await gateway.client.post("/v1/predictions", json=body, headers=gateway.headers)
+    assert response.status == 201, await response.text()
+    created = await response.json()
+    listed = await gateway.client.get("/v1/predictions", headers=gateway.headers)
+    assert [p["id"] for p in (await listed.json())["results"]] == [created["id"]]
