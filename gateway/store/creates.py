@@ -12,8 +12,10 @@ row is committed, so a crash right after a 201 never loses the prediction.
 A group whose insert fails (an idempotency key used twice, a value the store refuses, or
 any other error: its callers must get an answer) is retried row by row through
 :meth:`gateway.store.jobs.JobStore.create`, so one bad row fails only its own request and
-a reused key still gets its stored job or its conflict. The answer is built from the
-inserted values themselves: nothing is read back.
+a reused key still gets its stored job or its conflict. A row found already stored under
+its own id (the group's COMMIT went through but its answer was lost) is that create's,
+committed: it gets its 201, not a 500 for a prediction that then runs anyway. The answer
+is built from the inserted values themselves: nothing is read back.
 
 A flusher cancelled before it answered its group (at shutdown) answers it, and the creates
 queued behind it, with :class:`contracts.errors.ServiceUnavailable` (503, retry): its

@@ -115,6 +115,8 @@ class JobStore(Claims):
             async with self._engine.begin() as conn:
                 await conn.execute(jobs.insert(), rows)
         except IntegrityError as exc:
+            with contextlib.suppress(NotFound):  # the id is this request's own (random):
+                return await self.get(new.id), True  # stored by a try whose answer was lost
             if new.idempotency_key is None:
                 raise
             existing = await self._by_idempotency_key(new.idempotency_key)
