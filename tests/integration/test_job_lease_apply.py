@@ -9,6 +9,7 @@ server the test releases with an event (both backends).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,21 +32,28 @@ FILE_HOSTS = {"fake": {"kind": "fake", "file_hosts": ["127.0.0.1"]}}
 
 
 class SlowFiles:
-    """Serves ``/out.bin`` once :attr:`release` is set; counts the requests (downloads)."""
+    """Serves ``/{name}`` once :attr:`release` is set, :attr:`delay_s` later; counts the
+    requests (downloads), per name in :attr:`counts`."""
 
     def __init__(self) -> None:
-        self.requests = 0
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.delay_s = 0.0
         self.release = asyncio.Event()
         app = web.Application()
-        app.router.add_get("/out.bin", self._out)
+        app.router.add_get("/{name}", self._out)
         self.server = TestServer(app, host="127.0.0.1")
 
-    def url(self) -> str:
-        return str(self.server.make_url("/out.bin"))
+    @property
+    def requests(self) -> int:
+        return sum(self.counts.values())
+
+    def url(self, name: str = "out.bin") -> str:
+        return str(self.server.make_url(f"/{name}"))
 
     async def _out(self, request: web.Request) -> web.Response:
-        self.requests += 1
+        self.counts[request.match_info["name"]] += 1
         await self.release.wait()
+        await asyncio.sleep(self.delay_s)
         return web.Response(body=b"output", content_type="application/octet-stream")
 
 

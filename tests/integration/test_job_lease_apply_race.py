@@ -8,46 +8,25 @@ downloaded twice (its webhook applied while the poll copied it).
 from __future__ import annotations
 
 import asyncio
-import collections
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
-from tests.integration.test_job_lease_apply import FILE_HOSTS, advance, loop
+from tests.integration.test_job_lease_apply import (  # noqa: F401 (files: the fixture)
+    FILE_HOSTS,
+    SlowFiles,
+    advance,
+    files,
+    loop,
+)
 from tests.support.gateway import VERSION, GatewayHarness
 
 JOBS = 40
 
 
-class Files:
-    """Serves ``/{name}`` after 10 ms; counts the requests (downloads) per name."""
-
-    def __init__(self) -> None:
-        self.requests: collections.Counter[str] = collections.Counter()
-        app = web.Application()
-        app.router.add_get("/{name}", self._out)
-        self.server = TestServer(app, host="127.0.0.1")
-
-    async def _out(self, request: web.Request) -> web.Response:
-        self.requests[request.match_info["name"]] += 1
-        await asyncio.sleep(0.01)
-        return web.Response(body=b"output", content_type="application/octet-stream")
-
-
-@pytest.fixture
-async def files() -> AsyncIterator[Files]:
-    server = Files()
-    await server.server.start_server()
-    yield server
-    await server.server.close()
-
-
 async def finished_jobs(
-    make_gateway: Any, files: Files
+    make_gateway: Any, server: SlowFiles
 ) -> tuple[GatewayHarness, GatewayHarness, dict[str, Any]]:
     """Two gateways on one store; :data:`JOBS` jobs submitted, each finished at the
     provider with a file of its own, their polls due; job id -> output."""
@@ -55,7 +34,7 @@ async def finished_jobs(
     body = {"version": VERSION, "input": {"prompt": "x"}}
     ids = [str((await first.create(body))["id"]) for _ in range(JOBS)]
     await first.settle()
-    outputs = {job_id: {"file": str(files.server.make_url(f"/{job_id}"))} for job_id in ids}
+    outputs = {job_id: {"file": server.url(job_id)} for job_id in ids}
     for job_id, output in outputs.items():
         for gateway in (first, second):
             gateway.fake.set_state(job_id, JobState.COMPLETED, output=output)
@@ -65,8 +44,12 @@ async def finished_jobs(
 
 @pytest.mark.parametrize("yield_every", [2, 3])
 async def test_each_output_is_downloaded_once_whichever_applies_it(
-    make_gateway: Any, files: Files, yield_every: int
+    make_gateway: Any,
+    files: SlowFiles,  # noqa: F811 (the fixture imported above)
+    yield_every: int,
 ) -> None:
+    files.delay_s = 0.01  # each copy takes a while
+    files.release.set()
     first, second, outputs = await finished_jobs(make_gateway, files)
 
     async def webhooks() -> None:
@@ -87,5 +70,5 @@ async def test_each_output_is_downloaded_once_whichever_applies_it(
         await loop(first, "poller").run_once()
     for job_id in outputs:
         assert (await first.get(job_id))["status"] == "succeeded"
-    assert {name: n for name, n in files.requests.items() if n != 1} == {}
-    assert sum(files.requests.values()) == JOBS
+    assert {name: n for name, n in files.counts.items() if n != 1} == {}
+    assert files.requests == JOBS
