@@ -99,7 +99,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         await db.migrate(engine)
         book = RouteBook(engine)
         router = Router(settings.routes)
-        await seed(book, router)
+        await seed(book, router, settings.providers)
         control = RouteControl(book, routes=router.keys, providers=settings.providers)
         if args.command == "shadow":
             storage = assembly.storage_for(settings)

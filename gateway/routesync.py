@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Collection
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
@@ -84,11 +85,12 @@ class RouteSync(Loop):
         return changed
 
 
-async def seed(book: RouteBook, router: Router) -> None:
+async def seed(book: RouteBook, router: Router, providers: Collection[str] | None = None) -> None:
     """Seed the store from the config file's routes and log which side wins where the
-    file and the store differ (docs/canary.md, "Which wins")."""
+    file and the store differ (docs/canary.md, "Which wins"); ``providers``, the
+    configured ones, make a stored spec naming another take the file's."""
     configured = {key: router.spec(key) for key in router.keys}
-    for note in await book.seed(configured):
+    for note in await book.seed(configured, providers):
         fields = ", ".join(note.differs)
         if note.outcome == "store_wins":
             log.warning(
@@ -106,7 +108,9 @@ async def seed(book: RouteBook, router: Router) -> None:
                 extra={
                     "route": note.route,
                     "differs": fields,
-                    "detail": "the file wins: it changed and the route was not changed live",
+                    "detail": f"the file wins: the store's spec named provider(s) "
+                    f"{', '.join(note.gone)}, no longer configured" if note.gone else
+                    "the file wins: it changed and the route was not changed live",
                 },
             )
         elif note.outcome == "unchanged" and note.differs:

@@ -78,7 +78,7 @@ async def open_routes(
     shadows = ShadowStore(engine, clock=clock)
     sync = RouteSync(book=book, router=router, notifier=notifier,
                      interval_s=poll_interval_s, metrics=metrics, clock=clock)
-    await seed(book, router)
+    await seed(book, router, providers)
     await sync.reload()
     router.refresh_with(sync.refresh_if_stale)
     return RouteServices(

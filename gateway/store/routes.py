@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,6 +52,7 @@ class SeedNote:
     route: str
     outcome: str
     differs: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()  # the store's providers no longer configured (file applied)
 
 
 def _differs(a: RouteSpec, b: RouteSpec) -> tuple[str, ...]:
@@ -79,17 +80,27 @@ class RouteBook:
         self._clock = clock
         self._fast = SqliteReads(engine)  # the version poll takes no lock on SQLite
 
-    async def seed(self, configured: dict[str, RouteSpec]) -> list[SeedNote]:
-        """Bring the config file's routes into the store (see the module docstring)."""
+    async def seed(
+        self, configured: dict[str, RouteSpec], providers: Collection[str] | None = None
+    ) -> list[SeedNote]:
+        """Bring the config file's routes into the store (see the module docstring).
+
+        ``providers``: the configured provider names. A stored spec naming another (its
+        provider section removed from the file after a migration) takes the file's spec,
+        even when changed live: kept, a rollback (the guard's too) sent every new
+        prediction to a provider no process has, where it stayed ``starting``, unlogged.
+        """
         notes = []
         for key, spec in configured.items():
             try:
-                notes.append(await self._seed_one(key, spec))
+                notes.append(await self._seed_one(key, spec, providers))
             except IntegrityError:  # another process seeded it at the same moment
                 notes.append(SeedNote(key, "unchanged"))
         return notes
 
-    async def _seed_one(self, key: str, spec: RouteSpec) -> SeedNote:
+    async def _seed_one(
+        self, key: str, spec: RouteSpec, providers: Collection[str] | None
+    ) -> SeedNote:
         seeded = config_hash(spec)
         async with self._engine.begin() as conn:
             row = await self._row(conn, key)
@@ -103,19 +114,22 @@ class RouteBook:
                 await self._audit(conn, key, "config", "seed", None, spec, "seeded from config")
                 return SeedNote(key, "inserted")
             stored = RouteSpec.model_validate(row.spec)
-            if row.config_hash == seeded:
+            named = (stored.provider, stored.candidate)
+            gone = tuple(p for p in named if p and providers is not None and p not in providers)
+            if row.config_hash == seeded and not gone:
                 return SeedNote(key, "unchanged", _differs(stored, spec))
-            if row.changed_live:
+            if row.changed_live and not gone:
                 return SeedNote(key, "store_wins", _differs(stored, spec))
             await conn.execute(
                 routes.update()
                 .where(routes.c.key == key)
-                .values(spec=spec.stored(), config_hash=seeded, updated_at=self._clock.now())
+                .values(spec=spec.stored(), config_hash=seeded, changed_live=False,
+                        updated_at=self._clock.now())
             )
-            await self._audit(
-                conn, key, "config", "config", stored, spec, "the config file changed"
-            )
-            return SeedNote(key, "file_applied", _differs(stored, spec))
+            why = (f"the store's spec named provider(s) {', '.join(gone)}, no longer configured"
+                   if gone else "the config file changed")
+            await self._audit(conn, key, "config", "config", stored, spec, why)
+            return SeedNote(key, "file_applied", _differs(stored, spec), gone)
 
     async def version(self) -> int:
         """The routes' version: the newest audit id (0 before any route exists)."""

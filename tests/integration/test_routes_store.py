@@ -55,6 +55,25 @@ async def test_an_edited_file_applies_when_nothing_changed_live(book: RouteBook)
     assert (await book.history(ROUTE))[0].who == "config"
 
 
+async def test_a_live_spec_naming_a_provider_no_longer_configured_takes_the_files(
+    book: RouteBook,
+):
+    # Found by hand: moved to 100 % on "candidate", then the file made it the control and
+    # dropped "control"'s section. The store won (changed live), still naming "control";
+    # a rollback (the guard's too) then sent every new prediction to a provider no
+    # process had, where it stayed "starting", unlogged.
+    await book.seed({ROUTE: SPEC}, ["control", "candidate"])
+    await _control(book).set_canary(ROUTE, 100, who="alice", reason="moved")
+    after = RouteSpec(provider="candidate")
+    note = (await book.seed({ROUTE: after}, ["candidate"]))[0]
+    assert (note.outcome, note.gone) == ("file_applied", ("control",))
+    assert await book.get(ROUTE) == after
+    assert (await book.history(ROUTE))[0].reason == (
+        "the store's spec named provider(s) control, no longer configured")
+    await book.seed({ROUTE: after}, ["candidate"])  # no longer changed live: unchanged
+    assert (await book.seed({ROUTE: after}, ["candidate"]))[0].outcome == "unchanged"
+
+
 async def test_every_change_is_audited_and_moves_the_version(book: RouteBook):
     await book.seed({ROUTE: SPEC})
     control = _control(book)
