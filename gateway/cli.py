@@ -167,7 +167,11 @@ def _stdout_closed() -> int:
 def _unreachable(settings: Settings, exc: Exception) -> str:
     """Why a command could not use the store, naming it (without its password)."""
     where = re.sub(r"//[^/@]*@", "//", settings.gateway.database_url)
-    why = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else type(exc).__name__
+    cause = getattr(exc, "orig", None) or exc  # the driver's: 'database "x" does not exist'
+    said = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    shown = isinstance(cause, OSError) or cause is not exc  # a StoreError's own text is SQL
+    name = type(cause.__cause__ or cause).__name__  # asyncpg's, under SQLAlchemy's adapter
+    why = f"{name}: {said}" if shown and said else name
     return f"cannot reach the store at {where} ({why}); is the database up?"
 
 
@@ -351,7 +355,7 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
         _resolvable(gw)
     try:
         app.serve(settings, ssl_context=context, sock=sock)
-    except (ConnectionError, socket.gaierror) as exc:  # at start: the database, mostly
+    except (ConnectionError, socket.gaierror, db.StoreError) as exc:  # at start: the store
         raise ConfigurationError(f"cannot start: {_unreachable(settings, exc)}") from exc
     except OSError as exc:  # the port is taken, or the host is not this machine's
         if sock is not None or exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):

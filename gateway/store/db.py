@@ -69,6 +69,11 @@ def create_engine(database_url: str) -> Engine:
     """
     url = make_url(database_url)
     if url.drivername == "sqlite+aiosqlite":
+        if url.database in (None, "", ":memory:"):  # it was SQLAlchemy's TypeError traceback
+            raise ConfigurationError(
+                f"database_url {database_url!r} names no file: the job store must outlive "
+                "the process; use sqlite+aiosqlite:///PATH"
+            )
         if url.database and url.database != ":memory:":
             Path(url.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         # One connection: SQLite has one writer at a time, and queueing on the pool is
