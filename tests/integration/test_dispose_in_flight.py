@@ -8,8 +8,8 @@ alone. Either may still hold a connection when the gateway's cleanup disposes of
 engine (gateway/app.py). ``dispose`` closes only the connections in the pool; one checked
 out was handed back afterwards to the pool just replaced, and stayed open there: a
 PostgreSQL backend (pg_stat_activity) or the SQLite file's descriptors outlived the
-engine. :meth:`gateway.store.aio.Engine.dispose` now waits for the connections in use
-(docs/reliability.md, "Shutdown and the store").
+engine. A connection taken before a dispose is now closed when it is returned
+(:meth:`gateway.store.aio.Connection.close`; docs/reliability.md, "Shutdown and the store").
 """
 
 from __future__ import annotations
