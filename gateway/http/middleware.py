@@ -169,6 +169,10 @@ def _store_unavailable(request: web.Request, exc: Exception) -> web.Response:
 
 
 def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
+    if exc.status == 404 and request.path.startswith("/v1/v1/"):  # README "Using it"
+        return ("The requested resource could not be found: the path starts /v1/v1/. The "
+                "Python client adds /v1 to its base_url itself: give it the gateway's URL "
+                "without /v1")
     if exc.status == 404:
         return "The requested resource could not be found."
     if exc.status == 405:

@@ -479,6 +479,15 @@ async def test_a_path_that_does_not_exist_is_404_problem(gateway: GatewayHarness
     assert await footprint(gateway) == Footprint(0, 0, 0, 0, 0)
 
 
+async def test_a_v1_v1_path_says_the_python_client_adds_v1_itself(gateway: GatewayHarness):
+    """A Python client given base_url=".../v1" asks for /v1/v1/...: every call was a bare
+    "could not be found" (README "Using it")."""
+    response = await gateway.client.post("/v1/v1/predictions", json=GOOD, headers=gateway.headers)
+    found = await problem(response, 404, mentions="without /v1")
+    assert "adds /v1 to its base_url itself" in found["detail"]
+    assert await footprint(gateway) == Footprint(0, 0, 0, 0, 0)
+
+
 BAD_LIST_QUERIES = (
     "cursor=%25%25%25",
     "cursor=bmV4dHwyMDI0LTAxLTAxVDAwOjAwOjAwfGFiYw",  # "next|<naive time>|abc"
