@@ -33,11 +33,10 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, logs, providers, routecli
+from gateway import app, healthcheck, logs, providers, routecli, startchecks
 from gateway.clock import utcnow
-from gateway.config import GatewaySettings, Settings, load_settings
+from gateway.config import Settings, load_settings
 from gateway.envnames import ignored_environment
-from gateway.storage import LocalStorage, open_storage
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
 from gateway.validation import schema_problem
@@ -178,7 +177,7 @@ def _unreachable(settings: Settings, exc: Exception) -> str:
 def _check(settings: Settings, path: Path | None) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
     problems = readiness_problems(settings) + _tls_problems(settings)
-    problems += _storage_problems(gw := settings.gateway)
+    problems += startchecks.storage_problems(gw := settings.gateway)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
@@ -188,7 +187,7 @@ def _check(settings: Settings, path: Path | None) -> int:
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")
     print(f"public_url  {gw.public_url}")
     print(f"database    {gw.database_url.split('@')[-1]}")
-    print(f"storage     {gw.storage_url}{_local_dir(gw.storage_url)}")
+    print(f"storage     {gw.storage_url}{startchecks.local_dir(gw.storage_url)}")
     for name, provider in settings.providers.items():
         where = provider.base_url or "(the provider's public API)"
         print(f"provider    {name}: {provider.kind} {where}")
@@ -214,30 +213,6 @@ def readiness_problems(settings: Settings) -> list[str]:
             name = f"{route.model}:{route.version}" if route.version else route.model
             problems.append(f"route {name}: {why}: every create on it would fail")
     return problems
-
-
-def _local_dir(storage_url: str) -> str:
-    """`` (the directory /abs/path)`` for a local ``storage_url``: ``file://var/x`` is the
-    relative ``var/x``, not ``/var/x``."""
-    storage = open_storage(storage_url)
-    if not isinstance(storage, LocalStorage) or storage_url.endswith(str(storage.root)):
-        return ""
-    return f" (the directory {storage.root})"
-
-
-def _storage_problems(gw: GatewaySettings) -> list[str]:
-    """A local storage directory that cannot be made or written: check passed it, and
-    every file output then failed ("the output could not be stored") and every upload
-    was a 500. Nothing is created here: the closest existing directory is looked at."""
-    storage = open_storage(gw.storage_url)
-    if not isinstance(storage, LocalStorage):
-        return []
-    existing = next(p for p in (storage.root, *storage.root.parents) if p.exists())
-    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
-        return []
-    why = "is not a directory" if not existing.is_dir() else "is not writable by this user"
-    return [f"storage_url {gw.storage_url}: {existing} {why}, so {storage.root} cannot hold "
-            "output files"]
 
 
 def _tls_problems(settings: Settings) -> list[str]:
@@ -350,9 +325,13 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
         "gateway_starting",
         extra={"listen": f"{scheme}://{gw.listen}", "public_url": gw.public_url},
     )
-    sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
+    try:
+        sock = socket.socket(fileno=listen_fd) if listen_fd is not None else None
+    except OSError as exc:  # it was this traceback
+        raise ConfigurationError(f"--listen-fd {listen_fd} is not an open socket: "
+                                 f"{os.strerror(exc.errno or 0)}") from exc
     if sock is None:
-        _resolvable(gw)
+        startchecks.resolvable(gw)
     try:
         app.serve(settings, ssl_context=context, sock=sock)
     except (ConnectionError, socket.gaierror, db.StoreError) as exc:  # at start: the store
@@ -372,18 +351,6 @@ def _limit(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number from 1 to {MAX_LIMIT}")
     return int(text)
-
-
-def _resolvable(gw: GatewaySettings) -> None:
-    """A listen host that does not resolve is named as such: its ``gaierror`` was taken
-    for the store's ("cannot reach the store at sqlite...")."""
-    try:
-        socket.getaddrinfo(gw.host, gw.port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise ConfigurationError(
-            f"cannot listen on [gateway] listen = {gw.listen}: {exc.strerror} (the host is "
-            "not an address or a name of this machine)"
-        ) from exc
 
 
 if __name__ == "__main__":

@@ -182,3 +182,17 @@ def test_a_token_no_request_can_send_or_an_admin_token_shared_with_apps_is_refus
     with pytest.raises(ConfigurationError) as raised:
         load_settings(_config(tmp_path, gateway, admin))
     assert says in raised.value.detail
+
+
+def test_serve_on_a_listen_fd_that_is_no_socket_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It was socket.socket's OSError traceback."""
+    config = str(_config(tmp_path, ""))
+    assert cli.main(["serve", "--config", config, "--listen-fd", "987654"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "cutover: --listen-fd 987654 is not an open socket: Bad file descriptor")
+    with (tmp_path / "plain.txt").open("w") as plain:
+        assert cli.main(["serve", "--config", config, "--listen-fd", str(plain.fileno())]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "is not an open socket: Socket operation on non-socket")
