@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import orjson
 
 __all__ = [
-    "JsonFormatter", "LineHandler", "TextFormatter", "answered_body_errors", "configure", "info",
+    "JsonFormatter", "LineHandler", "TextFormatter", "client_errors", "configure", "info",
     "iso_time", "json_sink",
 ]
 
@@ -195,14 +195,29 @@ def info(logger: logging.Logger, event: str, fields: dict[str, Any]) -> None:
         logger.info(event, extra=fields, stacklevel=2)
 
 
-def answered_body_errors(record: logging.LogRecord) -> bool:
-    """False for aiohttp's "Unhandled exception" about a request body it could not read
-    (``RequestPayloadError``: not the gzip its ``Content-Encoding`` says): the gateway
-    answered that request 400 (``request_unreadable``) and aiohttp, reading the rest of the
-    body after the answer, met the same error and logged its traceback at ERROR, once per
-    such request anyone sends (docs/logging.md)."""
+def client_errors(record: logging.LogRecord) -> bool:
+    """aiohttp.server's ERROR tracebacks about what a client sent, once per such request
+    anyone sends (docs/logging.md):
+
+    * a request body it could not read (``RequestPayloadError``: not the gzip its
+      ``Content-Encoding`` says), met again reading the rest of the body after the gateway
+      answered it 400 (``request_unreadable``): not logged;
+    * a malformed HTTP request (a header or URL over 8190 bytes, a bad ``Content-Length``),
+      which aiohttp answers 400 itself: one INFO line ``http_request_malformed`` naming
+      the error's class, without the traceback or the request's bytes (a token may be in
+      them).
+    """
     exc = record.exc_info[1] if record.exc_info else None
-    return type(exc).__name__ != "RequestPayloadError"  # aiohttp.web's, not imported here
+    names = {cls.__name__ for cls in type(exc).__mro__}  # aiohttp's, not imported here
+    if "RequestPayloadError" in names:
+        return False
+    if "HttpProcessingError" in names:
+        record.msg, record.args = "http_request_malformed", None
+        record.error = type(exc).__name__
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger().isEnabledFor(logging.INFO)
+    return True
 
 
 def configure(level: str = "INFO", format: str = "json") -> None:
@@ -219,8 +234,8 @@ def configure(level: str = "INFO", format: str = "json") -> None:
     root.setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     server = logging.getLogger("aiohttp.server")
-    if answered_body_errors not in server.filters:
-        server.addFilter(answered_body_errors)
+    if client_errors not in server.filters:
+        server.addFilter(client_errors)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Their DEBUG lines carry SQL parameters (tokens, payloads): never below WARNING.
     for name in ("aiosqlite", "asyncpg", "sqlalchemy"):

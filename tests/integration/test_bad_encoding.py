@@ -24,9 +24,10 @@ async def test_an_admin_change_whose_body_is_not_the_deflate_it_claims_is_400(ma
     await problem(response, 400, mentions="could not be read")
 
 
-def test_aiohttps_traceback_for_an_answered_body_error_is_not_logged() -> None:
+def test_aiohttps_tracebacks_for_what_a_client_sent_are_not_logged_as_errors() -> None:
     """After the 400, aiohttp read the rest of the body, met the same error and logged
-    "Unhandled exception" with its traceback at ERROR: one per bad request anyone sends."""
+    "Unhandled exception" with its traceback at ERROR; a malformed HTTP request was an
+    ERROR traceback too: one per bad request anyone sends."""
     import logging
 
     from aiohttp import web
@@ -37,14 +38,24 @@ def test_aiohttps_traceback_for_an_answered_body_error_is_not_logged() -> None:
         return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1,
                                  "Unhandled exception", None, (type(exc), exc, None))
 
-    assert not logs.answered_body_errors(record(web.RequestPayloadError("400, message")))
-    assert logs.answered_body_errors(record(RuntimeError("a real one")))
+    assert not logs.client_errors(record(web.RequestPayloadError("400, message")))
+    assert logs.client_errors(record(RuntimeError("a real one")))
+
     root, server = logging.getLogger(), logging.getLogger("aiohttp.server")
     handlers, level = root.handlers[:], root.level
     try:
-        logs.configure()
-        assert logs.answered_body_errors in server.filters
+        logs.configure()  # INFO
+        assert logs.client_errors in server.filters
+        # a header over 8190 bytes: aiohttp answers 400 itself; one INFO line, no bytes of it
+        from aiohttp.http_exceptions import LineTooLong
+
+        long = record(LineTooLong(b"Authorization: Bearer r8_secret...", "8190"))
+        assert logs.client_errors(long)
+        assert (long.levelname, long.getMessage(), long.error, long.exc_info) == (
+            "INFO", "http_request_malformed", "LineTooLong", None)
+        logs.configure("WARNING")
+        assert not logs.client_errors(record(LineTooLong(b"x", "8190")))
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
-        server.removeFilter(logs.answered_body_errors)
+        server.removeFilter(logs.client_errors)
