@@ -26,26 +26,25 @@ commit may or may not have happened, and only a commit seen to succeed earns a 2
 from __future__ import annotations
 
 import asyncio
-import logging
 
-from contracts.errors import ServiceUnavailable
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.store.group import Group
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.records import new_row
 from gateway.store.schema import jobs
 
 __all__ = ["CreateBatcher"]
 
-log = logging.getLogger(__name__)
-
 MAX_GROUP = 250  # creates per INSERT (two rows with a shadow): under SQLite's 32,766
 # bound parameters
-_Queued = tuple[NewJob, NewJob | None, asyncio.Future[tuple[Job, bool]]]
+_New = tuple[NewJob, NewJob | None]  # a create and its shadow
 
 
 class CreateBatcher:
-    """Commits new jobs in groups (see the module docstring).
+    """Commits new jobs in groups (see the module docstring): a
+    :class:`gateway.store.group.Group` whose group is one multi-row ``INSERT`` and whose
+    item alone is :meth:`gateway.store.jobs.JobStore.create`.
 
     Parameters
     ----------
@@ -58,8 +57,18 @@ class CreateBatcher:
     def __init__(self, store: JobStore, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._clock = clock
-        self._queue: list[_Queued] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._group: Group[_New, tuple[Job, bool]] = Group(
+            "creates",
+            lambda group: self._insert(group),
+            alone=lambda new: self._store.create(*new),
+            max_items=MAX_GROUP,
+            stopped="the gateway stopped before the prediction was known to be stored; retry",
+        )
+
+    @property
+    def flusher(self) -> asyncio.Task[None] | None:
+        """The task committing the queued creates, if one was started (tests cancel it)."""
+        return self._group.flusher
 
     async def create(self, new: NewJob, shadow: NewJob | None = None) -> tuple[Job, bool]:
         """Insert ``new`` in state ``creating``; ``(job, created)`` once committed.
@@ -68,57 +77,9 @@ class CreateBatcher:
         idempotency key used for another request); ``shadow``, its hidden copy, goes in
         the same transaction (docs/shadow.md).
         """
-        future: asyncio.Future[tuple[Job, bool]] = asyncio.get_running_loop().create_future()
-        self._queue.append((new, shadow, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="create-flusher")
-        # shield: a caller that goes away does not cancel the commit of the others
-        return await asyncio.shield(future)
+        return await self._group((new, shadow))
 
-    async def _flush(self) -> None:
-        group: list[_Queued] = []
-        try:
-            while self._queue:
-                group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
-                await self._commit(group)
-        except asyncio.CancelledError:
-            # Cancelled (at shutdown) before its group was answered: whether that group's
-            # commit happened is not known, so no 201 - a 503 to retry (an idempotency
-            # key then finds the stored job); the creates queued behind it, never begun,
-            # get the same answer rather than no answer at all.
-            stopped = ServiceUnavailable("the gateway stopped before the prediction was "
-                                         "known to be stored; retry")
-            for _, _, future in [*group, *self._queue]:
-                if not future.done():
-                    future.set_exception(stopped)
-            self._queue = []
-            raise
-
-    async def _commit(self, group: list[_Queued]) -> None:
-        try:
-            created = await self._insert([(new, shadow) for new, shadow, _ in group])
-        except Exception as exc:  # noqa: BLE001 (each row alone: its own caller's answer)
-            log.info("create_group_retried_alone", extra={"rows": len(group),
-                                                         "error": type(exc).__name__})
-            await asyncio.gather(*(self._alone(*queued) for queued in group))
-            return
-        for (_, _, future), job in zip(group, created, strict=True):
-            if not future.done():
-                future.set_result((job, True))
-
-    async def _alone(
-        self, new: NewJob, shadow: NewJob | None, future: asyncio.Future[tuple[Job, bool]]
-    ) -> None:
-        try:
-            result = await self._store.create(new, shadow)
-        except Exception as exc:  # noqa: BLE001 (handed to the one caller it belongs to)
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if not future.done():
-            future.set_result(result)
-
-    async def _insert(self, group: list[tuple[NewJob, NewJob | None]]) -> list[Job]:
+    async def _insert(self, group: list[_New]) -> list[tuple[Job, bool] | BaseException]:
         primaries, rows = [], []
         for new, shadow in group:
             now = new.created_at or self._clock.now()
@@ -126,4 +87,4 @@ class CreateBatcher:
             rows += [primaries[-1], *([new_row(shadow, now)] if shadow is not None else [])]
         async with self._store.engine.begin() as conn:
             await conn.execute(jobs.insert(), rows)
-        return [Job.model_validate(row) for row in primaries]
+        return [(Job.model_validate(row), True) for row in primaries]

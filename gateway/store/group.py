@@ -11,6 +11,12 @@ only after its own item was committed.
 A group whose ``run`` raises is run again item by item (``alone``), so one bad item
 fails only its own caller. A caller that goes away does not cancel the commit of the
 others.
+
+A flusher cancelled before it answered its group (at shutdown) answers every caller of
+that group not yet answered, and every caller queued behind it, with
+:class:`contracts.errors.ServiceUnavailable` (503, retry): whether the group's commit
+happened is not known, and only a commit seen to succeed is answered with its result
+(docs/reliability.md, "Shutdown and the store").
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
+from contracts.errors import ServiceUnavailable
 from gateway.store.aio import Connection
 
 __all__ = ["Group", "update_rows"]
@@ -51,6 +58,9 @@ class Group(Generic[T, R]):
     key : callable, optional
         Items with the same key never share a group (they run one group after the other,
         in arrival order): e.g. two writes of one job.
+    stopped : str
+        The detail of the 503 its callers get when the flusher is cancelled before it
+        answered them (see the module docstring).
     """
 
     def __init__(
@@ -61,12 +71,14 @@ class Group(Generic[T, R]):
         alone: Callable[[T], Awaitable[R]] | None = None,
         max_items: int = 256,
         key: Callable[[T], Hashable] | None = None,
+        stopped: str = "the gateway stopped before this write was known to be stored; retry",
     ) -> None:
         self._name = name
         self._run = run
         self._alone = alone
         self._max_items = max_items
         self._key = key
+        self._stopped = stopped
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -93,29 +105,42 @@ class Group(Generic[T, R]):
         self._queue = rest
         return group
 
+    @property
+    def flusher(self) -> asyncio.Task[None] | None:
+        """The task committing the queued items, if one was started (tests cancel it)."""
+        return self._flusher
+
     async def _flush(self) -> None:
-        while self._queue:
-            group = self._take()
-            items = [item for item, _ in group]
-            try:
-                results = await self._run(items)
-            except asyncio.CancelledError:
-                for _, future in group:
-                    if not future.done():
-                        future.cancel()
-                raise
-            except Exception as exc:  # noqa: BLE001 (retried alone, or handed to its caller)
-                if len(group) == 1 and self._alone is None:
-                    _settle(group[0][1], exc)
-                    continue
-                log.info(
-                    "group_retried_alone",
-                    extra={"group": self._name, "items": len(group), "error": type(exc).__name__},
-                )
-                await asyncio.gather(*(self._one(item, future) for item, future in group))
-                continue
-            for (_, future), result in zip(group, results, strict=True):
-                _settle(future, result)
+        group: list[tuple[T, asyncio.Future[R]]] = []
+        try:
+            while self._queue:
+                group = self._take()
+                await self._commit(group)
+        except asyncio.CancelledError:
+            # Cancelled (at shutdown) before its group was answered: whether that group's
+            # commit happened is not known, so no result - a 503 to retry; the callers
+            # queued behind it, never begun, get the same answer rather than none.
+            for _, future in [*group, *self._queue]:
+                _settle(future, ServiceUnavailable(self._stopped))  # one each: raised apart
+            self._queue = []
+            raise
+
+    async def _commit(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        items = [item for item, _ in group]
+        try:
+            results = await self._run(items)
+        except Exception as exc:  # noqa: BLE001 (retried alone, or handed to its caller)
+            if len(group) == 1 and self._alone is None:
+                _settle(group[0][1], exc)
+                return
+            log.info(
+                "group_retried_alone",
+                extra={"group": self._name, "items": len(group), "error": type(exc).__name__},
+            )
+            await asyncio.gather(*(self._one(item, future) for item, future in group))
+            return
+        for (_, future), result in zip(group, results, strict=True):
+            _settle(future, result)
 
     async def _one(self, item: T, future: asyncio.Future[R]) -> None:
         try:

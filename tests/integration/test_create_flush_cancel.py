@@ -48,7 +48,7 @@ async def test_a_create_whose_flush_is_cancelled_answers_503_and_stores_nothing(
         posting = asyncio.create_task(
             gateway.client.post("/v1/predictions", json=body, headers=gateway.headers))
         await asyncio.sleep(0.3)  # the flusher's insert waits for the lock
-        flusher = gateway.app[keys.PREDICTIONS]._creates._flusher
+        flusher = gateway.app[keys.PREDICTIONS]._creates.flusher
         assert flusher is not None and not flusher.done()
         flusher.cancel()  # as at shutdown
         response = await asyncio.wait_for(posting, 5)
@@ -85,8 +85,8 @@ async def test_every_caller_of_a_cancelled_flusher_is_answered(where: str) -> No
     await asyncio.wait_for(started.wait(), 5)
     queued = asyncio.create_task(batcher.create(2))  # type: ignore[arg-type]
     await asyncio.sleep(0)
-    assert batcher._flusher is not None
-    batcher._flusher.cancel()
+    assert batcher.flusher is not None
+    batcher.flusher.cancel()
     for caller in (first, queued):
         with pytest.raises(ServiceUnavailable):
             await asyncio.wait_for(caller, 2)

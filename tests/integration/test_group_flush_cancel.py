@@ -42,10 +42,10 @@ async def test_every_caller_of_a_cancelled_flusher_is_answered(where: str) -> No
     await asyncio.wait_for(started.wait(), 5)
     queued = asyncio.create_task(group(3))
     await asyncio.sleep(0)
-    assert group._flusher is not None
-    group._flusher.cancel()  # as at shutdown
+    assert group.flusher is not None
+    group.flusher.cancel()  # as at shutdown
     callers = [*in_flight, queued]
-    done, pending = await asyncio.wait(callers, timeout=2)
+    _, pending = await asyncio.wait(callers, timeout=2)
     assert not pending, "callers left without an answer"
     answers = [c.result() if c.exception() is None else type(c.exception()) for c in callers]
     # 1 retried alone was committed and answered before the cancel: its answer stands
@@ -73,7 +73,7 @@ async def test_provider_webhooks_whose_flush_is_cancelled_answer_503_and_store_n
     adds = gateway.app[keys.INTAKE]._events._adds
 
     def flushing(queued: int) -> bool:
-        return (adds._flusher is not None and not adds._flusher.done()
+        return (adds.flusher is not None and not adds.flusher.done()
                 and len(adds._queue) == queued)
 
     async with _jobs_locked(database_url):
@@ -81,8 +81,8 @@ async def test_provider_webhooks_whose_flush_is_cancelled_answer_503_and_store_n
         await wait_until(lambda: flushing(0), 5, what="the first webhook's group in flight")
         second = asyncio.create_task(_webhook(gateway, jobs[1]))
         await wait_until(lambda: flushing(1), 5, what="the second webhook queued")
-        assert adds._flusher is not None
-        adds._flusher.cancel()  # as at shutdown
+        assert adds.flusher is not None
+        adds.flusher.cancel()  # as at shutdown
         responses = await asyncio.wait_for(asyncio.gather(first, second), 5)
     for response in responses:
         assert response.status == 503, await response.text()
