@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import logging
 import re
 from collections.abc import AsyncIterable
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from contracts.errors import NotFound
+from contracts.errors import NotFound, ServiceUnavailable
 from gateway import ids
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.http import wire
@@ -28,6 +29,8 @@ from gateway.storage import Storage
 from gateway.store.files import FileRecord, FileStore
 
 __all__ = ["FileService", "safe_name"]
+
+log = logging.getLogger(__name__)
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME_CHARS = 100
@@ -81,9 +84,18 @@ class FileService:
         """
         file_id = ids.new_prediction_id()
         key = f"files/{file_id}/{safe_name(name)}"
-        written = await self._storage.put_stream(
-            key, chunks, content_type=content_type, max_bytes=self.max_bytes
-        )
+        try:
+            written = await self._storage.put_stream(
+                key, chunks, content_type=content_type, max_bytes=self.max_bytes
+            )
+        except OSError as exc:
+            if isinstance(exc, ConnectionError):  # the client went away mid-upload
+                raise
+            # a storage directory it cannot write: a 500 "the gateway failed" before
+            log.warning("upload_not_stored", extra={"error": repr(exc)})
+            raise ServiceUnavailable(
+                f"the upload could not be stored ({type(exc).__name__}); retry later"
+            ) from exc
         now = self._clock.now()
         return FileRecord(
             id=file_id, owner="", name=name or safe_name(name), content_type=content_type,

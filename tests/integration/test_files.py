@@ -130,3 +130,19 @@ async def test_a_malformed_multipart_body_is_422_and_keeps_nothing(
     assert "the multipart body is malformed" in problem["detail"] and says in problem["detail"]
     listed = await gateway.client.get("/v1/files", headers=gateway.headers)
     assert (await listed.json())["results"] == []
+
+
+async def test_an_upload_the_storage_cannot_write_is_503_naming_why(
+    make_gateway: Any, tmp_path: Any,
+) -> None:
+    """A storage directory under a file (a mistyped storage_url): it was a 500 "the
+    gateway failed; see its logs"."""
+    (tmp_path / "afile").write_text("")
+    gateway = await make_gateway(gateway={"storage_url": f"file://{tmp_path}/afile/assets"})
+    response = await gateway.client.post("/v1/files", data=form(), headers=gateway.headers)
+    assert response.status == 503, await response.text()
+    assert "Retry-After" in response.headers
+    detail = (await response.json())["detail"]
+    assert detail == "the upload could not be stored (NotADirectoryError); retry later"
+    listed = await gateway.client.get("/v1/files", headers=gateway.headers)
+    assert (await listed.json())["results"] == []
