@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -55,7 +54,7 @@ from gateway.providers import Provider, build_adapter, credential
 from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper, next_work
 from gateway.routing import Router
-from gateway.store import checkpoint, db, secrets
+from gateway.store import checkpoint, db, lease, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
@@ -211,7 +210,7 @@ _FINALIZER = web.AppKey("finalizer", Finalizer)
 async def _services(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     gw, clock = settings.gateway, app[keys.CLOCK]
-    owner = f"{socket.gethostname()}:{os.getpid()}:{id(app):x}"
+    owner = lease.process_owner()  # fits lease_owner (docs/lifecycle.md, "Lease owners")
     store = JobStore(
         app[_ENGINE],
         planner=Planner(

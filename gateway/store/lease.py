@@ -4,21 +4,61 @@ A claim picks due rows and gives them to one process until a time: on PostgreSQL
 candidates are locked with ``FOR UPDATE SKIP LOCKED`` so concurrent claimers pass each
 other by; on SQLite the claim's ``BEGIN IMMEDIATE`` transaction serialises writers
 (:mod:`gateway.store.db`). A row whose holder died is claimable again once
-``leased_until`` has passed.
+``leased_until`` has passed. The holder is named by :func:`process_owner`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import secrets
+import socket
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.aio import Connection, Engine
+from gateway.store.schema import jobs, outbox, provider_events
 
-__all__ = ["Leasing", "claim", "lease", "release_rows", "unleased"]
+__all__ = ["OWNER_CHARS", "Leasing", "claim", "lease", "owner_id", "process_owner",
+           "release_rows", "unleased"]
+
+log = logging.getLogger(__name__)
+
+# The longest lease owner the store keeps (PostgreSQL refuses a longer one; SQLite does not).
+OWNER_CHARS = min(
+    cast(sa.String, t.c.lease_owner.type).length or 0 for t in (jobs, provider_events, outbox)
+)
+_TAIL = 17  # a pod name's "-<replicaset hash>-<pod hash>", its unique part
+_HASH = 6  # hex digits of the whole host name's SHA-256
+
+
+def owner_id(host: str, pid: int, nonce: str) -> str:
+    """The lease owner ``host:pid:nonce``, at most :data:`OWNER_CHARS` characters: a host
+    name too long for that keeps its start and its last 17 characters, with 6 hex digits
+    of the whole name's SHA-256 between them (docs/lifecycle.md, "Lease owners")."""
+    rest = f":{pid}:{nonce}"
+    room = OWNER_CHARS - len(rest)
+    if len(host) > room:
+        digest = hashlib.sha256(host.encode("utf-8", "surrogateescape")).hexdigest()[:_HASH]
+        host = f"{host[:room - _TAIL - _HASH - 2]}~{digest}~{host[-_TAIL:]}"
+    return host + rest  # room >= 44 (a 10-digit pid, 8 hex digits): the host keeps 19+
+
+
+def process_owner() -> str:
+    """A new lease owner for this process's gateway (:func:`owner_id` of the host name,
+    the pid and 8 random hex digits: unique between containers that share a host name
+    and run as pid 1, and between two gateways of one process), logged at INFO as
+    ``lease_owner`` with the whole host name, so that an operator can tell which pod
+    holds a lease."""
+    host, pid = socket.gethostname(), os.getpid()
+    owner = owner_id(host, pid, secrets.token_hex(4))
+    log.info("lease_owner", extra={"owner": owner, "host": host, "pid": pid})
+    return owner
 
 
 class Leasing:
