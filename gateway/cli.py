@@ -193,7 +193,9 @@ def _check(settings: Settings, path: Path | None) -> int:
         print(f"provider    {name}: {provider.kind} {where}")
     for route in settings.routes:
         target = f" ({route.target})" if route.target else ""
-        print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}")
+        moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
+        print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
+              f"{moving}")
     return 1 if problems else 0
 
 

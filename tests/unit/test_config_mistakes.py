@@ -196,3 +196,16 @@ def test_serve_on_a_listen_fd_that_is_no_socket_says_so_in_one_line(
         assert cli.main(["serve", "--config", config, "--listen-fd", str(plain.fileno())]) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "is not an open socket: Socket operation on non-socket")
+
+
+def test_check_names_a_routes_candidate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The summary named the control only: a candidate typed in the wrong route went unseen."""
+    path = tmp_path / "cutover.toml"
+    path.write_text(_config(tmp_path, "").read_text().replace(
+        'provider = "local-cog"\n', 'provider = "local-cog"\ncandidate = "new-cog"\n'
+    ) + '\n[providers.new-cog]\nkind = "cog"\nbase_url = "http://127.0.0.1:5001"\n')
+    assert cli.main(["check", "--config", str(path)]) == 0
+    assert "route       acme/echo:* -> local-cog, candidate new-cog" in (
+        capsys.readouterr().out.splitlines())
