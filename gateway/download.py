@@ -29,12 +29,19 @@ or as it arrives) is refused; the whole download has a deadline (each read's soc
 timeout is what is left of it); cancelling the awaiting task shuts the socket down so
 the threads stop at once, and the receiving thread removes the file it may have created
 meanwhile (docs/storage.md, "Uploads cancelled mid-write").
+
+Downloads and spools (uploads) run on two pools of threads: :data:`MAX_DOWNLOADS`
+receiving threads, each held for as long as its body takes to arrive (minutes for a large
+file from a slow host), and :data:`SPOOL_THREADS` for a spool's short jobs (a block's
+write, the close, a discard), so an upload and the clean-up of a cancelled one never
+wait behind downloads (docs/storage.md, "Threads").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import http.client
 import os
@@ -47,7 +54,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -59,8 +66,8 @@ WRITE_BYTES = 16 << 10  # one write() to the file (see the module's docstring)
 QUEUED_BLOCKS = 2  # blocks written and waiting for the hashing thread
 SPOOL_BLOCK_BYTES = 1 << 20  # an upload's block: its small chunks are joined (copied) first
 MAX_DOWNLOADS = 8  # downloads running at once in one process; more wait for a thread
+SPOOL_THREADS = 4  # spools' block writes, closes and discards at once (docs/storage.md)
 
-_pool: ThreadPoolExecutor | None = None
 _ssl: ssl.SSLContext | None = None
 
 
@@ -101,7 +108,7 @@ async def download(
         ``timeout_s`` passed before the body was read whole.
     """
     job = _Job(url, path, max_bytes, time.monotonic() + timeout_s, accept, write_back)
-    future = asyncio.get_running_loop().run_in_executor(_threads(), job.run)
+    future = asyncio.get_running_loop().run_in_executor(_threads("download"), job.run)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -119,11 +126,12 @@ async def remove(path: Path) -> None:
     await asyncio.shield(asyncio.to_thread(path.unlink, missing_ok=True))
 
 
-def _threads() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(MAX_DOWNLOADS, thread_name_prefix="cutover-download")
-    return _pool
+@functools.cache
+def _threads(kind: Literal["download", "spool"]) -> ThreadPoolExecutor:
+    """The process's pool for downloads, or for spools' jobs (see the module docstring):
+    a spool's job must never queue behind downloads that hold their threads for minutes."""
+    size = MAX_DOWNLOADS if kind == "download" else SPOOL_THREADS
+    return ThreadPoolExecutor(size, thread_name_prefix=f"cutover-{kind}")
 
 
 def _tls() -> ssl.SSLContext:
@@ -328,7 +336,7 @@ class Spool:
     async def _flush(self) -> None:
         await self._wait()
         block, self._chunks, self._pending_bytes = self._chunks, [], 0
-        self._job = _threads().submit(self._write_block, block)
+        self._job = _threads("spool").submit(self._write_block, block)
 
     def _write_block(self, chunks: list[bytes]) -> None:
         if self._handle is None:
@@ -342,7 +350,7 @@ class Spool:
         """Write what is left, close the file; its SHA-256 (hex)."""
         await self._flush()
         await self._wait()
-        self._job = _threads().submit(self._close)
+        self._job = _threads("spool").submit(self._close)
         return str(await self._wait())
 
     def _open(self) -> None:
@@ -365,7 +373,7 @@ class Spool:
         That runs on a thread to its end even if the awaiting task is cancelled (again),
         so no cancellation point leaves the file open or the hashing thread waiting.
         """
-        job = _threads().submit(self._discard, self._job)
+        job = _threads("spool").submit(self._discard, self._job)
         await asyncio.shield(asyncio.wrap_future(job))
 
     def _discard(self, last: Future[Any] | None) -> None:
