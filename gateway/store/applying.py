@@ -22,6 +22,7 @@ commits after the lease and the processor, reading the job after that, finds it.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from datetime import datetime
 
@@ -32,7 +33,7 @@ from gateway.store.lease import unleased
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["PREFIX", "give_back", "held_until", "new_token", "renew", "take"]
+__all__ = ["PREFIX", "Held", "give_back", "held_until", "new_token", "renew", "take"]
 
 PREFIX = "apply:"  # lease_owner of a job whose result is being applied
 
@@ -75,16 +76,30 @@ async def take(
     return bool(done.rowcount)
 
 
-async def renew(engine: Engine, job_id: str, token: str, until: datetime) -> bool:
-    """Extend the apply lease ``token`` of ``job_id`` to ``until``; False when it is no
-    longer held (the job finished meanwhile, or another process took it)."""
+@dataclasses.dataclass
+class Held:
+    """One apply lease as its holder knows it: its ``token``, ``until`` when the last
+    write of it (the take, a renewal) holds it, and whether a renewal found it ``gone``."""
+
+    token: str
+    until: datetime
+    gone: bool = False
+
+
+async def renew(engine: Engine, job_id: str, token: str, until: datetime) -> str | None:
+    """Extend the apply lease ``token`` of ``job_id`` to ``until``; the job's
+    ``lease_owner`` after that: ``token`` when renewed, else None when the lease was
+    released (the job finished: a terminal job is claimed by none) or another holder's."""
     async with engine.begin() as conn:
         done = await conn.execute(
-            jobs.update()  # a finished job has no lease left: a terminal job is claimed by none
+            jobs.update()
             .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
             .values(leased_until=until)
         )
-    return bool(done.rowcount)
+        if done.rowcount:
+            return token
+        now_held = sa.select(jobs.c.lease_owner).where(jobs.c.id == job_id)
+        return (await conn.execute(now_held)).scalar()
 
 
 async def give_back(engine: Engine, job_id: str, token: str, owner: str | None) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.job import Job, JobState
 from gateway.store import applying, heartbeat, lease
+from gateway.store.applying import Held
 from gateway.store.dispatching import MAYBE_SUBMITTED, RESUBMITTING, SUBMITTING, DispatchClaims
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
@@ -75,33 +76,48 @@ class Claims(DispatchClaims):
         :data:`~gateway.store.heartbeat.RENEWALS_PER_LEASE` seconds, so that no other
         process claims the job, fetches and downloads again meanwhile, and the job's
         provider events wait for it. A timer: a shorter apply writes nothing more. A
-        lease lost anyway (the store out of reach for most of a lease) is logged as
-        ``job_lease_lost``; the apply goes on (the finalizer is idempotent). A body that
-        raises hands the lease back to the claim's, for the caller's release."""
-        token, now = applying.new_token(), self._clock.now()
+        lease lost anyway (the store out of reach for most of a lease) is logged once as
+        ``job_lease_lost`` (:meth:`_renew`); the apply goes on (the finalizer is
+        idempotent). A body that raises hands the lease back to the claim's, for the
+        caller's release."""
+        now = self._clock.now()
+        held = Held(applying.new_token(), now + self._lease_length)
         owner = self._owner if claimed else None
-        if not await applying.take(self._engine, job_id, owner=owner, token=token, now=now,
-                                   until=now + self._lease_length, unless_events=unless_events):
+        if not await applying.take(self._engine, job_id, owner=owner, token=held.token,
+                                   now=now, until=held.until, unless_events=unless_events):
             yield False
             return
         period_s = self._lease_length.total_seconds() / heartbeat.RENEWALS_PER_LEASE
         timer = heartbeat.Repeat(
-            lambda: self._renew(job_id, token), period_s, "job_lease_renewal_failed"
+            lambda: self._renew(job_id, held), period_s, "job_lease_renewal_failed"
         )
         try:
             yield True
         except Exception:
             await timer.stop()
             with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
-                await applying.give_back(self._engine, job_id, token, owner)
+                await applying.give_back(self._engine, job_id, held.token, owner)
             raise
         finally:
             await timer.stop()
 
-    async def _renew(self, job_id: str, token: str) -> None:
-        until = self._clock.now() + self._lease_length
-        if not await applying.renew(self._engine, job_id, token, until):
-            log.warning("job_lease_lost", extra={"job_id": job_id})  # or finished meanwhile
+    async def _renew(self, job_id: str, held: Held) -> None:
+        """One renewal of :meth:`applying`'s lease. Found released while still held (the
+        apply's own finish, just before its body returned: nobody else may take a held
+        lease), it says nothing; found taken, or released after it ran out (another
+        process may have finished the job), it logs ``job_lease_lost`` once, naming the
+        holder (``held_by``: a lease owner, docs/lifecycle.md "Lease owners")."""
+        if held.gone:
+            return  # nothing left to renew
+        now = self._clock.now()
+        until = now + self._lease_length
+        holder = await applying.renew(self._engine, job_id, held.token, until)
+        if holder == held.token:
+            held.until = until
+            return
+        held.gone = True
+        if holder is not None or now >= held.until:
+            log.warning("job_lease_lost", extra={"job_id": job_id, "held_by": holder})
 
     async def postpone_check(self, job_id: str, until: datetime) -> None:
         """Push a submitted job's next poll or watchdog probe back to ``until``.
