@@ -17,6 +17,7 @@ from contracts.errors import ServiceUnavailable
 from gateway.http import keys
 from gateway.store.creates import CreateBatcher
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.waiting import wait_until
 
 
 @asynccontextmanager
@@ -47,9 +48,15 @@ async def test_a_create_whose_flush_is_cancelled_answers_503_and_stores_nothing(
     async with _jobs_locked(database_url):
         posting = asyncio.create_task(
             gateway.client.post("/v1/predictions", json=body, headers=gateway.headers))
-        await asyncio.sleep(0.3)  # the flusher's insert waits for the lock
-        flusher = gateway.app[keys.PREDICTIONS]._creates.flusher
-        assert flusher is not None and not flusher.done()
+        batcher = gateway.app[keys.PREDICTIONS]._creates
+
+        def inserting() -> bool:  # the create taken by the flusher, its insert waiting
+            flusher = batcher.flusher
+            return flusher is not None and not flusher.done() and not batcher._group._queue
+
+        await wait_until(inserting, 5, what="the create's group in flight")
+        flusher = batcher.flusher
+        assert flusher is not None
         flusher.cancel()  # as at shutdown
         response = await asyncio.wait_for(posting, 5)
     assert response.status == 503, await response.text()
