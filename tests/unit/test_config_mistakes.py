@@ -184,6 +184,15 @@ def test_a_token_no_request_can_send_or_an_admin_token_shared_with_apps_is_refus
     assert says in raised.value.detail
 
 
+def test_an_api_token_name_longer_than_the_store_keeps_is_refused(tmp_path: Path) -> None:
+    """It was accepted, and on PostgreSQL every prediction and upload of that token was a
+    500: its name is the owner of what it creates (jobs.owner, files.owner: 64)."""
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(_config(tmp_path, f'named_api_tokens = {{{"n" * 65} = "r8_long"}}'))
+    assert "longer than 64 characters" in raised.value.detail
+    load_settings(_config(tmp_path, f'named_api_tokens = {{{"n" * 64} = "r8_long"}}'))
+
+
 def test_serve_on_a_listen_fd_that_is_no_socket_says_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
