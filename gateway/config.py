@@ -134,6 +134,18 @@ class GatewaySettings(_Section):
             raise ValueError(f"an IPv6 address goes in brackets, [::1]:8080; got {value!r}")
         return value
 
+    @field_validator("named_api_tokens")
+    @classmethod
+    def _names_storable(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        """A token's name owns what it creates (jobs.owner, files.owner: 64 characters, a
+        longer one made each create a 500 on PostgreSQL; README "Configuration")."""
+        for name in value:
+            if not name or len(name) > 64:
+                shown = repr(name[:64]) + ("..." if len(name) > 64 else "")
+                raise ValueError(f"the token name {shown} is empty or longer than 64 "
+                                 "characters (predictions and files store it as their owner)")
+        return value
+
     @field_validator("public_url", "callback_url")
     @classmethod
     def _base_url(cls, value: str | None) -> str | None:
