@@ -54,13 +54,14 @@ def held_until(lease_owner: str | None, leased_until: datetime | None, now: date
 
 
 async def take(
-    engine: Engine, job_id: str, *, owner: str | None, token: str, now: datetime,
+    engine: Engine, job_id: str, *, owner: str | None, apply_owner: str, now: datetime,
     until: datetime, unless_events: bool,
 ) -> bool:
     """Turn ``owner``'s lease of the active job ``job_id`` (with ``owner`` None: no lease,
-    the reaper's) into the apply lease ``token`` until ``until``; with ``unless_events``,
-    only while none of its provider events waits to be applied. False when it was not
-    taken (events wait, the job ended, or ``owner`` does not hold it, or another does)."""
+    the reaper's) into the apply lease ``apply_owner`` until ``until``; with
+    ``unless_events``, only while none of its provider events waits to be applied. False
+    when it was not taken (events wait, the job ended, or ``owner`` does not hold it, or
+    another does)."""
     held = jobs.c.lease_owner == owner if owner is not None else unleased(jobs, now)
     where = [jobs.c.id == job_id, held, jobs.c.state.in_(ACTIVE)]
     if unless_events:
@@ -71,38 +72,38 @@ async def take(
         # The row lock first (PostgreSQL; SQLite's writers are serialised): module docstring.
         await conn.execute(sa.select(jobs.c.id).where(jobs.c.id == job_id).with_for_update())
         done = await conn.execute(
-            jobs.update().where(*where).values(lease_owner=token, leased_until=until)
+            jobs.update().where(*where).values(lease_owner=apply_owner, leased_until=until)
         )
     return bool(done.rowcount)
 
 
 @dataclasses.dataclass
 class Held:
-    """One apply lease as its holder knows it: its ``token``, ``until`` when the last
+    """One apply lease as its holder knows it: its ``apply_owner``, ``until`` when the last
     write of it (the take, a renewal) holds it, and whether a renewal found it ``gone``."""
 
-    token: str
+    apply_owner: str
     until: datetime
     gone: bool = False
 
 
-async def renew(engine: Engine, job_id: str, token: str, until: datetime) -> str | None:
-    """Extend the apply lease ``token`` of ``job_id`` to ``until``; the job's
-    ``lease_owner`` after that: ``token`` when renewed, else None when the lease was
+async def renew(engine: Engine, job_id: str, apply_owner: str, until: datetime) -> str | None:
+    """Extend the apply lease ``apply_owner`` of ``job_id`` to ``until``; the job's
+    ``lease_owner`` after that: ``apply_owner`` when renewed, else None when the lease was
     released (the job finished: a terminal job is claimed by none) or another holder's."""
     async with engine.begin() as conn:
         done = await conn.execute(
             jobs.update()
-            .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
+            .where(jobs.c.id == job_id, jobs.c.lease_owner == apply_owner)
             .values(leased_until=until)
         )
         if done.rowcount:
-            return token
+            return apply_owner
         now_held = sa.select(jobs.c.lease_owner).where(jobs.c.id == job_id)
         return (await conn.execute(now_held)).scalar()
 
 
-async def give_back(engine: Engine, job_id: str, token: str, owner: str | None) -> None:
+async def give_back(engine: Engine, job_id: str, apply_owner: str, owner: str | None) -> None:
     """An apply that failed: the lease is ``owner``'s claim again (so the loop's release
     of the job, with its retry's backoff, applies; None: no lease), and events no longer
     wait for it."""
@@ -111,5 +112,7 @@ async def give_back(engine: Engine, job_id: str, token: str, owner: str | None) 
     }
     async with engine.begin() as conn:
         await conn.execute(
-            jobs.update().where(jobs.c.id == job_id, jobs.c.lease_owner == token).values(**back)
+            jobs.update()
+            .where(jobs.c.id == job_id, jobs.c.lease_owner == apply_owner)
+            .values(**back)
         )

@@ -83,7 +83,8 @@ class Claims(DispatchClaims):
         now = self._clock.now()
         held = Held(applying.new_token(), now + self._lease_length)
         owner = self._owner if claimed else None
-        if not await applying.take(self._engine, job_id, owner=owner, token=held.token,
+        if not await applying.take(self._engine, job_id, owner=owner,
+                                   apply_owner=held.apply_owner,
                                    now=now, until=held.until, unless_events=unless_events):
             yield False
             return
@@ -96,7 +97,7 @@ class Claims(DispatchClaims):
         except Exception:
             await timer.stop()
             with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
-                await applying.give_back(self._engine, job_id, held.token, owner)
+                await applying.give_back(self._engine, job_id, held.apply_owner, owner)
             raise
         finally:
             await timer.stop()
@@ -111,8 +112,8 @@ class Claims(DispatchClaims):
             return  # nothing left to renew
         now = self._clock.now()
         until = now + self._lease_length
-        holder = await applying.renew(self._engine, job_id, held.token, until)
-        if holder == held.token:
+        holder = await applying.renew(self._engine, job_id, held.apply_owner, until)
+        if holder == held.apply_owner:
             held.until = until
             return
         held.gone = True
