@@ -12,11 +12,18 @@ this: importing :mod:`gateway.cli` elsewhere (tests) leaves the collector alone.
 
 ``cutover health`` (the container's health check, run every 15 s) imports only
 :mod:`gateway.healthcheck` and the configuration, not the gateway.
+
+``cutover serve`` also sets ``PYDANTIC_DISABLE_PLUGINS=1`` unless the environment sets
+it: pydantic otherwise looks for plugins (the ``pydantic`` entry point group) in every
+installed distribution's metadata when it builds the first model, about 6 ms of each
+start (docs/benchmarks.md, "Start-up: the last 10 %"). The gateway uses no pydantic
+plugin; to run one under it anyway, set ``PYDANTIC_DISABLE_PLUGINS=`` (empty).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 __all__ = ["main"]
@@ -28,6 +35,8 @@ def main() -> int:
         from gateway import healthcheck
 
         return healthcheck.main(sys.argv[2:])
+    if sys.argv[1:2] == ["serve"]:
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
     collecting = gc.isenabled()
     gc.disable()
     try:
