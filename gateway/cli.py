@@ -48,14 +48,14 @@ log = logging.getLogger("gateway.cli")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cutover", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("serve", "run the gateway"),
         ("migrate", "apply database migrations and exit"),
         ("check", "validate the configuration"),
-    ):
+    )[: 1 if serve_only else None]:
         _common(sub.add_parser(name, help=text))
     serve = sub.choices["serve"]
     serve.add_argument(
@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         help="serve on this inherited, already listening socket instead of binding "
         "[gateway] listen (for a supervisor or test harness that bound it)",
     )
+    if serve_only:
+        return parser
     sub.add_parser("health", help="exit 0 when the gateway configured like serve is ready "
                    "(cutover health --help)", add_help=False)
     sub.add_parser("chaos", help="run the gateway under faults and check every promise "
@@ -110,8 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return chaos_cli.main(argv[1:])
     if argv[:1] == ["health"]:
         return healthcheck.main(argv[1:])
-    parser = _parser()
-    args = parser.parse_args(argv)
+    # serve parsed by its own parser alone: building them all was ~3 ms of each start
+    # (docs/benchmarks.md); what it does not know, the whole parser reports as before
+    parser = _parser(serve_only=argv[:1] == ["serve"])
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser = _parser()
+        args = parser.parse_args(argv)
     if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (
         args.since is None
     ):
