@@ -9,8 +9,8 @@ between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_
 
 from __future__ import annotations
 
-import difflib
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -308,8 +308,14 @@ class Settings(BaseSettings):
         return (
             init_settings,
             _SectionsFromEnv(settings_cls, env_settings),
-            TomlConfigSettingsSource(settings_cls),
+            TomlConfigSettingsSource(settings_cls, toml_file=_TOML_FILE.get()),
         )
+
+
+_TOML_FILE: ContextVar[Path | None] = ContextVar("toml_file", default=None)
+"""The file :func:`load_settings` is reading (a subclass of ``Settings`` naming it, made
+at each call, built the whole configuration's model a second time at every start:
+docs/benchmarks.md, "Start-up: the last 10 %")."""
 
 
 class _SectionsFromEnv(PydanticBaseSettingsSource):
@@ -342,12 +348,10 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     if path is not None and not path.is_file():
         raise ConfigurationError(f"configuration file {path} does not exist")
 
-    class FromFile(Settings):
-        model_config = SettingsConfigDict(toml_file=path)
-
     where = path or "the environment"
+    reading = _TOML_FILE.set(path)
     try:
-        return FromFile(**overrides)
+        return Settings(**overrides)
     except ValidationError as exc:
         lines = "\n".join(f"  {_key(e)}: {_message(e)}{_did_you_mean(e)}"
                           for e in exc.errors(include_url=False))
@@ -359,6 +363,8 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         ) from exc
     except ValueError as exc:  # TOML syntax
         raise ConfigurationError(f"invalid configuration in {where}: {exc}") from exc
+    finally:
+        _TOML_FILE.reset(reading)
 
 
 def _key(error: Any) -> str:
@@ -384,5 +390,7 @@ def _did_you_mean(error: Any) -> str:
         return ""
     section = {"providers": ProviderSettings, "routes": RouteSettings}.get(loc[0])
     model = Settings if len(loc) == 1 else section or Settings.model_fields[loc[0]].annotation
+    import difflib  # for a configuration error only, not at every start
+
     close = difflib.get_close_matches(loc[-1], list(getattr(model, "model_fields", ())), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
