@@ -147,6 +147,14 @@ class _Response(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class _Rare(_Response):
+    """A response of an endpoint apps call seldom (models, versions, deployments, the
+    account, the webhook secret): its validator is built when first used, not at every
+    start-up (docs/benchmarks.md, "Start-up: the last 10 %")."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
 class Prediction(_Response):
     """The prediction object (§4.1), exactly as GET /v1/predictions/{id} returns it."""
 
@@ -187,7 +195,7 @@ class PredictionPage(_Response):
     results: list[dict[str, Any]]
 
 
-class Model(_Response):
+class Model(_Rare):
     """``GET /v1/models/{o}/{n}`` (§2.7): the fields Python's Model requires."""
 
     url: str
@@ -204,7 +212,7 @@ class Model(_Response):
     latest_version: dict[str, Any] | None = None
 
 
-class Version(_Response):
+class Version(_Rare):
     """``GET /v1/models/{o}/{n}/versions/{id}`` (§2.7).
 
     ``cog_version`` and ``openapi_schema`` are never null: null breaks the Python client.
@@ -216,7 +224,7 @@ class Version(_Response):
     openapi_schema: dict[str, Any]
 
 
-class Deployment(_Response):
+class Deployment(_Rare):
     """``GET /v1/deployments/{o}/{n}`` (§2.8)."""
 
     owner: str
@@ -224,7 +232,7 @@ class Deployment(_Response):
     current_release: dict[str, Any] | None = None
 
 
-class Account(_Response):
+class Account(_Rare):
     """``GET /v1/account`` (§2.12)."""
 
     type: Literal["user", "organization"] = "organization"
@@ -233,7 +241,7 @@ class Account(_Response):
     github_url: str | None = None
 
 
-class WebhookSecret(_Response):
+class WebhookSecret(_Rare):
     """``GET /v1/webhooks/default/secret`` (§2.10): ``whsec_`` + base64 without ``_``."""
 
     key: str

@@ -20,6 +20,11 @@ from contracts.job import TERMINAL_STATES, Job, JobState
 
 __all__ = ["Outcome", "OutputFile", "Reader", "read_path"]
 
+# Built when the first pair is compared, not at every start of the gateway, which
+# imports this module whether or not any route shadows (docs/benchmarks.md, "Start-up:
+# the last 10 %").
+_CONFIG = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
 
 class OutputFile(BaseModel):
     """One output file as stored by the gateway.
@@ -42,7 +47,7 @@ class OutputFile(BaseModel):
         The storage key, for a caller-supplied :data:`Reader`.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _CONFIG
 
     content_type: str
     size_bytes: int = Field(ge=0)
@@ -78,7 +83,7 @@ class Outcome(BaseModel):
         What the provider reported the prediction cost, in US dollars, if it did.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _CONFIG
 
     status: JobState
     error: str | None = None
