@@ -193,6 +193,32 @@ def test_an_api_token_name_longer_than_the_store_keeps_is_refused(tmp_path: Path
     load_settings(_config(tmp_path, f'named_api_tokens = {{{"n" * 64} = "r8_long"}}'))
 
 
+LONG_MODEL = f"acme/{'m' * 186}"  # 191 characters, 256 with ":" and a version id
+
+
+@pytest.mark.parametrize(("providers", "route", "says"), [
+    ("p" * 65, 'model = "acme/echo"', "at most 64 characters"),  # jobs.provider
+    ("local", f'model = "{LONG_MODEL}"\nversion = "{"a" * 64}"', "longer than 255"),
+    ("local", f'model = "{LONG_MODEL}{"m" * 65}"', "longer than 255"),  # jobs.model
+    ("local", f'model = "acme/echo"\ndeployment = "{LONG_MODEL}{"m" * 65}"', "longer than 255"),
+])
+def test_a_provider_or_route_name_longer_than_the_store_keeps_is_refused(
+    providers: str, route: str, says: str, tmp_path: Path,
+) -> None:
+    """Each was accepted, and on PostgreSQL every prediction of the route was a 500
+    (jobs.provider holds 64 characters; jobs.route, model and deployment 255)."""
+    path = tmp_path / "cutover.toml"
+    path.write_text(
+        f'[gateway]\napi_tokens = ["r8_test"]\n'
+        f'database_url = "sqlite+aiosqlite:///{tmp_path}/cutover.db"\n'
+        f'[providers.{providers}]\nkind = "cog"\nbase_url = "http://127.0.0.1:5000"\n'
+        f'[[routes]]\n{route}\nprovider = "{providers}"\n'
+    )
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(path)
+    assert says in raised.value.detail
+
+
 def test_serve_on_a_listen_fd_that_is_no_socket_says_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
