@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -263,7 +263,8 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
-    providers: dict[str, ProviderSettings] = Field(default_factory=dict)
+    providers: dict[Annotated[str, Field(max_length=64)], ProviderSettings] = Field(
+        default_factory=dict)  # a name longer than jobs.provider's 64 was a 500 on PostgreSQL
     routes: list[RouteSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")

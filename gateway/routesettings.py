@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.replicate import VERSION_ID_RE
-from gateway.route import CallerKey, GuardSettings, ShadowBudget, parse_caller_key
+from gateway.route import CallerKey, GuardSettings, ShadowBudget, parse_caller_key, route_key
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
@@ -82,6 +82,15 @@ class RouteSettings(_Section):
         if value is not None and not VERSION_ID_RE.match(value):
             raise ValueError(f"version {value!r} is not a 64-character lowercase hex id")
         return value
+
+    @model_validator(mode="after")
+    def _storable(self) -> RouteSettings:
+        """Each prediction stores these (a longer one was a 500 on PostgreSQL)."""
+        for what, name in (("model", self.model), ("deployment", self.deployment),
+                           ("route", route_key(self.model, self.version))):
+            if name is not None and len(name) > 255:  # jobs.model, deployment, route
+                raise ValueError(f"the {what} {name[:40]!r}... is longer than 255 characters")
+        return self
 
     @model_validator(mode="after")
     def _canary(self) -> RouteSettings:
