@@ -146,3 +146,44 @@ async def test_an_upload_the_storage_cannot_write_is_503_naming_why(
     assert detail == "the upload could not be stored (NotADirectoryError); retry later"
     listed = await gateway.client.get("/v1/files", headers=gateway.headers)
     assert (await listed.json())["results"] == []
+
+
+def raw_form(metadata: str | None) -> aiohttp.FormData:
+    """A content part and, unless None, a metadata part sent as is (not JSON-encoded)."""
+    made = aiohttp.FormData()
+    made.add_field(
+        "content", PAYLOAD, filename="input.bin", content_type="application/octet-stream"
+    )
+    if metadata is not None:
+        made.add_field("metadata", metadata)
+    return made
+
+
+@pytest.mark.parametrize("metadata", ["[1]", '"x"', "3", "true"])
+async def test_metadata_that_is_not_a_json_object_is_422_naming_it(
+    gateway: GatewayHarness, metadata: str,
+) -> None:
+    """Replicate's file metadata is an object (docs/files.md); a list, string or number
+    was stored and echoed back as the file's metadata."""
+    response = await gateway.client.post(
+        "/v1/files", data=raw_form(metadata), headers=gateway.headers
+    )
+    assert response.status == 422, await response.text()
+    assert response.content_type == "application/problem+json"
+    assert "metadata" in (await response.json())["detail"]
+    listed = await gateway.client.get("/v1/files", headers=gateway.headers)
+    assert (await listed.json())["results"] == []
+
+
+@pytest.mark.parametrize(("metadata", "kept"), [
+    (None, {}), ("", {}), ("null", {}), ('{"a": [1]}', {"a": [1]}),
+])
+async def test_metadata_absent_or_an_object_is_kept(
+    gateway: GatewayHarness, metadata: str | None, kept: dict[str, Any],
+) -> None:
+    """JSON null (a client serialising "no metadata") is taken as absent."""
+    response = await gateway.client.post(
+        "/v1/files", data=raw_form(metadata), headers=gateway.headers
+    )
+    assert response.status == 201, await response.text()
+    assert (await response.json())["metadata"] == kept
