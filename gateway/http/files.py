@@ -112,7 +112,9 @@ async def _chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _metadata(part: BodyPartReader) -> Any:
+async def _metadata(part: BodyPartReader) -> dict[str, Any]:
+    """The ``metadata`` part: a JSON object (Replicate's file metadata); empty or ``null``
+    is none (``{}``); anything else is 422 naming it (docs/files.md)."""
     raw = bytearray()
     while chunk := await _read_chunk(part, 1 << 14):
         raw += chunk
@@ -121,9 +123,16 @@ async def _metadata(part: BodyPartReader) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        metadata = json.loads(raw)
     except ValueError as exc:
         raise ContractViolation("metadata is not valid JSON") from exc
+    if metadata is None:  # a client serialising "no metadata"
+        return {}
+    if not isinstance(metadata, dict):
+        raise ContractViolation(
+            f"metadata must be a JSON object, not {type(metadata).__name__} (docs/files.md)"
+        )
+    return metadata
 
 
 @_both("GET", "/files")
