@@ -35,7 +35,8 @@ from gateway.store.schema import jobs, provider_events
 
 __all__ = ["PREFIX", "Held", "give_back", "held_until", "new_token", "renew", "take"]
 
-PREFIX = "apply:"  # lease_owner of a job whose result is being applied
+PREFIX = "+apply:"  # lease_owner of a job whose result is being applied; no host name
+# starts with "+" (letters, digits, hyphens), so no process's owner (lease.owner_id) does
 
 
 def new_token() -> str:

@@ -5,9 +5,11 @@ names differ only at their end and that run as pid 1, and still names the pod.""
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gateway.store import applying
 from gateway.store.lease import OWNER_CHARS, owner_id, process_owner
 
 DEPLOYMENT = "payments-inference-gateway-canary-eu-west-1abc"  # 46 characters
@@ -41,3 +43,13 @@ def test_two_gateways_on_one_host_and_pid_get_distinct_owners(
     owners = {process_owner() for _ in range(20)}
     assert len(owners) == 20
     assert all(len(owner) <= OWNER_CHARS for owner in owners)
+
+
+def test_a_process_on_a_host_named_apply_holds_no_apply_lease() -> None:
+    """An apply's lease owner cannot be a process's: a job claimed by the gateway of a host
+    named ``apply`` is not taken for one whose result is being applied (provider events
+    would wait for it)."""
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    later = now + timedelta(seconds=30)
+    assert applying.held_until(owner_id("apply", 1, "9e0c44d1"), later, now) is None
+    assert applying.held_until(applying.new_token(), later, now) == later
