@@ -108,7 +108,7 @@ def test_health_exits_1_not_2_on_a_configuration_that_does_not_load(tmp_path: Pa
 @pytest.mark.parametrize(
     ("listen", "url"),
     [("0.0.0.0:8443", "http://127.0.0.1:8443/ready"), ("[::]:8443", "http://[::1]:8443/ready"),
-     ("10.0.0.5:80", "http://10.0.0.5:80/ready"), ("::1:8080", "http://[::1]:8080/ready")],
+     ("10.0.0.5:80", "http://10.0.0.5:80/ready"), ("[::1]:8080", "http://[::1]:8080/ready")],
 )
 def test_probe_url_reads_a_wildcard_host_as_loopback(listen: str, url: str) -> None:
     assert probe_url(GatewaySettings(listen=listen)) == url
