@@ -209,3 +209,24 @@ async def _in_thread(function: Any, *args: str) -> int:
     import asyncio
 
     return int(await asyncio.to_thread(function, *args))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", f"/routes/{ROUTE}/canary", {"percent": 5}),
+        ("POST", f"/routes/{ROUTE}/rollback", {}),
+        ("PATCH", f"/routes/{ROUTE}", {"caller_key": "header:X-Caller"}),
+    ],
+)
+async def test_a_reason_over_1000_characters_is_422_naming_it(canary, method, path, body):
+    """A 100 KB reason was stored in the audit and printed by every listing of it
+    (docs/canary.md 'Changing a route')."""
+    before = await _admin(canary, "GET", "/route-changes")
+    got, problem = await _admin(canary, method, path, json={**body, "reason": "x" * 100_000})
+    assert got == 422, problem
+    assert "reason" in problem["detail"] and "1000" in problem["detail"]
+    assert await _admin(canary, "GET", "/route-changes") == before
+    got, changed = await _admin(canary, method, path, json={**body, "reason": "y" * 1000})
+    assert got == 200, changed
+    assert changed["reason"] == "y" * 1000

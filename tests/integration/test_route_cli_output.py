@@ -68,6 +68,20 @@ async def test_route_commands_print_their_answer_without_json_log_lines(
                for line in lines), lines
 
 
+async def test_a_reason_over_1000_characters_is_a_usage_error(
+    database_url: str, tmp_path: Path,
+) -> None:
+    """A 100 KB --reason was stored in the audit and printed back (docs/canary.md)."""
+    config = str(_config(tmp_path, database_url))
+    code, out, err = await _cutover("routes", "rollback", "acme/plain",
+                                    "--reason", "x" * 100_000, "--config", config)
+    assert (code, out) == (2, "")
+    assert "--reason" in err and "1000" in err and "x" * 1001 not in err
+    code, out, err = await _cutover("routes", "show", "acme/plain", "--json",
+                                    "--config", config)
+    assert code == 0 and "x" * 1001 not in out
+
+
 async def test_shadow_report_closes_the_storage_it_opens(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
