@@ -12,7 +12,8 @@
 ROUTE is the route's ``model`` or ``model:version`` as written in the config. The commands
 work on the configured database directly (``--config``), seeding it from the file first
 like a starting gateway; running gateways pick a change up within 2 s. Changes are
-audited with who = ``cli``. Bad input exits 1 with the reason and changes nothing.
+audited with who = ``cli``. Bad input exits 1 with the reason and changes nothing; a
+``--reason`` empty or over 1000 characters is a usage error (exit 2).
 
 Standard output carries the answer alone; standard error only warnings and errors, as
 text lines (not the gateway's JSON log lines): ``--verbose`` adds the info lines
@@ -32,7 +33,7 @@ from contracts.errors import CutoverError
 from contracts.times import parse_time
 from gateway import assembly
 from gateway.config import Settings
-from gateway.routecontrol import RouteControl
+from gateway.routecontrol import RouteControl, reason_problem
 from gateway.routesync import seed
 from gateway.routing import Router
 from gateway.shadowpairs import ShadowComparisons
@@ -46,6 +47,7 @@ __all__ = ["add_commands", "log_setup", "run"]
 FORMATS = ("md", "json", "html")
 
 WHO = "cli"
+REASON_HELP = "why, at most 1000 characters (kept in the audit)"
 
 
 def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> None:
@@ -70,10 +72,10 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
         command = common(actions.add_parser(name, help=text))
         command.add_argument("route")
         command.add_argument("percent", help="0 to 100")
-        command.add_argument("--reason", required=True, help="why (kept in the audit)")
+        command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
     back = common(actions.add_parser("rollback", help="canary back to 0"))
     back.add_argument("route")
-    back.add_argument("--reason", required=True, help="why (kept in the audit)")
+    back.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
     shadow = sub.add_parser("shadow", help="shadow runs: the shadow-diff report")
     shadow_actions = shadow.add_subparsers(dest="action", required=True)
     report = common(shadow_actions.add_parser("report", help="a route's shadow-diff report"))
@@ -81,6 +83,14 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
     report.add_argument("--since", help="pairs created at or after this time (ISO 8601)")
     report.add_argument("--format", choices=FORMATS, default="md")
     report.add_argument("--output", help="write to this file instead of standard output")
+
+
+def _reason(text: str) -> str:
+    """``--reason``: empty or over the limit is a usage error (exit 2), before the store
+    is opened (docs/canary.md 'Audit')."""
+    if problem := reason_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def log_setup(args: argparse.Namespace) -> tuple[str, str]:

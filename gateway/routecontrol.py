@@ -22,12 +22,27 @@ from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats
 from gateway.route import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
 
-__all__ = ["CHANGEABLE", "RouteControl", "parse_percent"]
+__all__ = ["CHANGEABLE", "MAX_REASON_CHARS", "RouteControl", "parse_percent", "reason_problem"]
 
 _DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
 
 #: Spec fields the admin API's PATCH may change.
 CHANGEABLE = frozenset(RouteSpec.model_fields)
+
+#: The longest reason a change keeps (docs/canary.md 'Audit'): a sentence or a paragraph,
+#: not a pasted log, which every listing of the audit would print back.
+MAX_REASON_CHARS = 1000
+
+
+def reason_problem(reason: Any) -> str | None:
+    """What is wrong with a change's reason (empty, or over :data:`MAX_REASON_CHARS`), or
+    None; the admin API answers it as a 422, ``cutover routes`` as a usage error."""
+    if not isinstance(reason, str) or not reason.strip():
+        return "a route change needs a reason (--reason TEXT)"
+    if len(reason) > MAX_REASON_CHARS:
+        return (f"a route change's reason is {len(reason)} characters; "
+                f"at most {MAX_REASON_CHARS} are kept (docs/canary.md 'Audit')")
+    return None
 
 
 def parse_percent(value: Any, what: str = "percent") -> float:
@@ -109,7 +124,8 @@ class RouteControl:
         NotFound
             Unknown route.
         ContractViolation
-            Unknown field, unknown provider, empty reason, or an invalid spec.
+            Unknown field, unknown provider, an empty reason or one over
+            :data:`MAX_REASON_CHARS`, or an invalid spec.
         """
         self._known(key)
         unknown = sorted(set(update) - CHANGEABLE)
@@ -122,8 +138,8 @@ class RouteControl:
             name = update.get(field)
             if name is not None and name not in self._providers:
                 raise ContractViolation(f"{field} {name!r} is not a configured provider")
-        if not isinstance(reason, str) or not reason.strip():
-            raise ContractViolation("a route change needs a reason (--reason TEXT)")
+        if problem := reason_problem(reason):
+            raise ContractViolation(problem)
         entry = await self._book.change(key, who=who, action=action, reason=reason,
                                         update=update)
         assert entry is not None
