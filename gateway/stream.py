@@ -7,7 +7,9 @@ one ``logs`` event; a finished prediction ends with ``error`` (when it failed) a
 ``done``. So a stream can be replayed from the store at any time, and a reconnect needs
 no per-connection memory: every event's ``id`` is the position *after* it, ``<outputs
 sent>:<log characters sent>``, and a ``Last-Event-ID`` resumes exactly there, without a
-gap and without a repeat.
+gap and without a repeat. A malformed or foreign one replays from the start (never a 400,
+which would end an ``EventSource`` for good; docs/streaming.md 'A Last-Event-ID the
+gateway did not issue').
 
 Framing follows §7.4: every event has ``event:`` and ``id:``; each line of the data is its
 own ``data: `` line (a leading space of the text survives); whole events are written at
@@ -57,11 +59,20 @@ class Cursor:
 
     @classmethod
     def parse(cls, value: str | None) -> Cursor:
-        """The position in a ``Last-Event-ID``; the start for a missing or foreign one."""
+        """The position in a ``Last-Event-ID``; the start for a missing, empty or foreign
+        one (:meth:`is_foreign` tells the last apart; docs/streaming.md 'A Last-Event-ID
+        the gateway did not issue')."""
         match = _CURSOR_RE.match((value or "").strip())
         if match is None:
             return cls()
         return cls(int(match.group(1)), int(match.group(2)))
+
+    @staticmethod
+    def is_foreign(value: str | None) -> bool:
+        """A ``Last-Event-ID`` that is there, not empty, and not an id this gateway issues
+        (garbage, Replicate's own ids): the stream replays from its start."""
+        text = (value or "").strip()
+        return bool(text) and _CURSOR_RE.match(text) is None
 
 
 @dataclass(frozen=True)

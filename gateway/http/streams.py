@@ -2,12 +2,15 @@
 
 ``GET /streams/{id}?t=<token>`` needs no API token (the JS client sends none, §7.3): the
 ``t`` capability, an HMAC of the id, is the authorisation; a wrong one is a 404. A
-``Last-Event-ID`` header resumes after that event. The answer is always
+``Last-Event-ID`` header resumes after that event; one the gateway did not issue replays
+from the start, logged as ``stream_resumed_from_start``. The answer is always
 ``text/event-stream`` with a 200; events, ids and keepalives come from
 :mod:`gateway.stream` (docs/streaming.md).
 """
 
 from __future__ import annotations
+
+import logging
 
 from aiohttp import web
 
@@ -18,6 +21,8 @@ from gateway.http import keys
 __all__ = ["routes"]
 
 routes = web.RouteTableDef()
+log = logging.getLogger(__name__)
+_LOGGED_ID_CHARS = 64
 
 
 @routes.get("/streams/{id}")
@@ -39,10 +44,15 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",
         }
     )
+    last_event_id = request.headers.get("Last-Event-ID")
+    if stream.Cursor.is_foreign(last_event_id):
+        log.info("stream_resumed_from_start", extra={
+            "job_id": job_id, "last_event_id": str(last_event_id)[:_LOGGED_ID_CHARS],
+        })
     await response.prepare(request)
     frames = stream.follow(
         job,
-        stream.Cursor.parse(request.headers.get("Last-Event-ID")),
+        stream.Cursor.parse(last_event_id),
         wait=request.app[keys.NOTIFIER].wait_job,
         read=store.get,
         poll_s=settings.stream_poll_s,
