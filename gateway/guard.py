@@ -30,13 +30,18 @@ class Sample:
 
 @dataclass(frozen=True)
 class ArmStats:
-    """Counts, error rate (0-1) and latency percentiles (seconds) of one arm."""
+    """Counts, error rate (0-1) and latency percentiles (seconds) of one arm.
+
+    ``count``, ``failed`` and the latencies are finished predictions'; ``stuck`` (the
+    candidate's only) counts those its provider has not taken ``max_queue_s`` after their
+    create, and the error rate is ``(failed + stuck) / (count + stuck)``."""
 
     count: int
     failed: int
     error_rate: float | None
     p50_s: float | None
     p95_s: float | None
+    stuck: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,8 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[rank - 1]
 
 
-def summarize(samples: Iterable[Sample]) -> ArmStats:
-    """The :class:`ArmStats` of one arm's samples."""
+def summarize(samples: Iterable[Sample], stuck: int = 0) -> ArmStats:
+    """The :class:`ArmStats` of one arm's samples and ``stuck`` predictions."""
     latencies: list[float] = []
     failed = 0
     for sample in samples:
@@ -77,9 +82,10 @@ def summarize(samples: Iterable[Sample]) -> ArmStats:
     return ArmStats(
         count=count,
         failed=failed,
-        error_rate=failed / count if count else None,
+        error_rate=(failed + stuck) / (count + stuck) if count + stuck else None,
         p50_s=percentile(latencies, 0.5),
         p95_s=percentile(latencies, 0.95),
+        stuck=stuck,
     )
 
 
@@ -93,8 +99,9 @@ def evaluate(
 
     Checked in order: error rate, p95 latency ratio, contract-break rate. The first two
     are not judged over fewer than ``guard.min_samples`` samples (on both arms for the
-    ratio); contract breaks count when the guard has ``max_contract_break_rate`` and
-    ``pairs.breach`` says the share is clearly above it (a Wilson lower bound).
+    ratio; stuck predictions are samples of the error rate only); contract breaks count
+    when the guard has ``max_contract_break_rate`` and ``pairs.breach`` says the share is
+    clearly above it (a Wilson lower bound).
     """
     evidence = {
         "window_s": guard.window_s,
@@ -105,11 +112,15 @@ def evaluate(
     }
     enough = candidate.count >= guard.min_samples
     limit = guard.max_error_rate
-    if limit is not None and enough and candidate.error_rate is not None:
+    judged = candidate.count + candidate.stuck
+    if limit is not None and judged >= guard.min_samples and candidate.error_rate is not None:
         if candidate.error_rate > limit:
+            stuck = candidate.stuck
             return Breach(
                 f"candidate error rate {candidate.error_rate:.1%} > {limit:.1%} "
-                f"({candidate.failed} of {candidate.count})",
+                f"({candidate.failed + stuck} of {judged}"
+                + (f"; {stuck} not taken by the provider within {guard.max_queue_s:g} s)"
+                   if stuck else ")"),
                 evidence,
             )
     ratio_limit = guard.max_p95_ratio

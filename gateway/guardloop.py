@@ -2,8 +2,9 @@
 
 Every ``interval_s`` (5 s by default) and for every route, it reads the control and
 candidate predictions finished within the guard's window (and after the route's last
-change), publishes their counts, error rates and p95 latency as gauges, and — when the
-route has a guard and its canary is above 0 — judges them (:func:`gateway.guard.evaluate`,
+change) and the candidate's stuck ones (not taken ``max_queue_s`` after their create),
+publishes their counts, error rates and p95 latency as gauges, and — when the route
+has a guard and its canary is above 0 — judges them (:func:`gateway.guard.evaluate`,
 plus the shadow contract-break rate from ``pair_stats``). A breach sets the canary to 0
 in one guarded, audited change (who ``guard``, the reason, the samples), logs
 ``canary_rolled_back`` and counts it in ``cutover_guard_rollbacks_total``. Several
@@ -26,7 +27,7 @@ from gateway.route import RouteSpec
 from gateway.routing import Router
 from gateway.store.routes import RouteBook
 
-__all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "arm_stats"]
+__all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "arm_stats", "stuck_span"]
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW_S = 300.0
@@ -34,13 +35,33 @@ PairStatsSource = Callable[[str, RouteSpec, datetime], Awaitable[guard.PairStats
 
 
 async def arm_stats(
-    book: RouteBook, key: str, since: datetime
+    book: RouteBook, key: str, since: datetime, stuck: tuple[datetime, datetime] | None = None
 ) -> tuple[guard.ArmStats, guard.ArmStats]:
-    """``(control, candidate)`` stats of route ``key`` since ``since``."""
+    """``(control, candidate)`` stats of route ``key`` since ``since``; with ``stuck``
+    (:func:`stuck_span`), the candidate's stuck predictions count as failed."""
     samples = await book.samples(key, since)
+    stuck_count = 0 if stuck is None else await book.stuck(key, *stuck)
     control = guard.summarize(s for s in samples if s.arm == "control")
-    candidate = guard.summarize(s for s in samples if s.arm == "candidate")
+    candidate = guard.summarize((s for s in samples if s.arm == "candidate"), stuck_count)
     return control, candidate
+
+
+async def stuck_span(
+    book: RouteBook, key: str, spec: RouteSpec, now: datetime
+) -> tuple[datetime, datetime] | None:
+    """When a candidate-arm prediction not taken yet counts as stuck: created after the
+    route's last change and at least the guard's ``max_queue_s`` ago, whatever the
+    window (docs/canary.md, "A candidate that never takes the work"); None without a
+    guard or a candidate."""
+    if spec.guard is None or not spec.candidate:
+        return None
+    return await last_change(book, key, now), now - timedelta(seconds=spec.guard.max_queue_s)
+
+
+async def last_change(book: RouteBook, key: str, now: datetime) -> datetime:
+    """When route ``key`` last changed (its newest audit entry), or the earliest time."""
+    entries = await book.history(key, limit=1)
+    return entries[0].at if entries else datetime.min.replace(tzinfo=now.tzinfo)
 
 
 class Guard(Loop):
@@ -80,8 +101,10 @@ class Guard(Loop):
 
     async def _judge(self, key: str, spec: RouteSpec) -> int:
         window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        since = max(self._clock.now() - timedelta(seconds=window_s), await self._changed_at(key))
-        control, candidate = await arm_stats(self._book, key, since)
+        now = self._clock.now()
+        since = max(now - timedelta(seconds=window_s), await last_change(self._book, key, now))
+        stuck = await stuck_span(self._book, key, spec, now)
+        control, candidate = await arm_stats(self._book, key, since, stuck)
         self._publish(key, spec, control, candidate)
         if spec.guard is None or spec.canary_percent <= 0 or not spec.candidate:
             return 0
@@ -92,10 +115,6 @@ class Guard(Loop):
         if breach is None:
             return 0
         return await self._roll_back(key, spec, breach)
-
-    async def _changed_at(self, key: str) -> datetime:
-        entries = await self._book.history(key, limit=1)
-        return entries[0].at if entries else datetime.min.replace(tzinfo=self._clock.now().tzinfo)
 
     async def _roll_back(self, key: str, spec: RouteSpec, breach: guard.Breach) -> int:
         entry = await self._book.change(

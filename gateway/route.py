@@ -91,6 +91,10 @@ class GuardSettings(_Frozen):
     share of candidate pairs, :func:`shadow.noise.contract_breach`). Only predictions
     finished within the last ``window_s`` seconds count, and the error rate and latency
     are judged only over at least ``min_samples`` of them (on each arm, for the ratio).
+    A candidate-arm prediction created after the route's last change that its provider
+    has still not taken ``max_queue_s`` after its create, its last submit failed, counts
+    as failed in the error rate ("stuck"; docs/canary.md, "A candidate that never takes
+    the work").
     """
 
     max_error_rate: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -98,6 +102,7 @@ class GuardSettings(_Frozen):
     max_contract_break_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     min_samples: int = Field(default=20, ge=1, le=1_000_000)
     window_s: float = Field(default=300.0, gt=0.0, le=7 * 86400.0)
+    max_queue_s: float = Field(default=30.0, gt=0.0, le=86400.0)
 
     @model_validator(mode="after")
     def _some_threshold(self) -> GuardSettings:

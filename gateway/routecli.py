@@ -209,12 +209,13 @@ def _show(shown: dict[str, Any]) -> str:
         "",
     ]
     arms: list[tuple[str, ...]] = [
-        (f"last {shown['window_s']:g} s", "ARM", "PROVIDER", "COUNT", "FAILED", "ERROR",
-         "P50", "P95")
+        (f"last {shown['window_s']:g} s", "ARM", "PROVIDER", "COUNT", "FAILED", "STUCK",
+         "ERROR", "P50", "P95")
     ]
     for arm, s in shown["arms"].items():
         rate = "-" if s["error_rate"] is None else f"{s['error_rate']:.1%}"
-        arms.append(("", arm, s["provider"], str(s["count"]), str(s["failed"]), rate,
+        arms.append(("", arm, s["provider"], str(s["count"]), str(s["failed"]),
+                     str(s["stuck"]), rate,
                      _ms(s["p50_s"]), _ms(s["p95_s"])))
     lines += [_aligned(arms), "", "changes (newest first):"]
     for c in shown["changes"]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from contracts.errors import ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats
+from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
 from gateway.route import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
 
@@ -153,8 +153,10 @@ class RouteControl:
         """Route ``key``: its spec, per-arm numbers over the guard window, its changes."""
         spec = await self._book.get(self._known(key))
         window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        since = self._clock.now() - timedelta(seconds=window_s)
-        control, candidate = await arm_stats(self._book, key, since)
+        now = self._clock.now()
+        since = now - timedelta(seconds=window_s)
+        stuck = await stuck_span(self._book, key, spec, now)
+        control, candidate = await arm_stats(self._book, key, since, stuck)
         arms = {"control": {"provider": spec.provider, **asdict(control)}}
         if spec.candidate:
             arms["candidate"] = {"provider": spec.candidate, **asdict(candidate)}

@@ -34,6 +34,7 @@ from gateway.store.schema import jobs, route_changes, routes
 __all__ = ["RouteBook", "SeedNote", "config_hash"]
 
 _FINISHED = [JobState.COMPLETED.value, JobState.FAILED.value]
+_UNSUBMITTED = [JobState.CREATING.value, JobState.QUEUED.value]
 MAX_SAMPLES = 10_000
 
 
@@ -233,6 +234,25 @@ class RouteBook:
             )
             for r in rows
         ]
+
+    async def stuck(self, key: str, since: datetime, before: datetime) -> int:
+        """Candidate-arm predictions of route ``key`` created from ``since`` to ``before``
+        and still not submitted, whose last submit failed (docs/canary.md, "A candidate
+        that never takes the work"). Not counted: one never tried (``raw_status`` None:
+        waiting for a slot under the provider's ``max_concurrency``) or last told
+        ``busy`` (the provider at capacity, the dispatcher's ``_defer``)."""
+        query = sa.select(sa.func.count()).where(
+            jobs.c.route == key,
+            jobs.c.arm == "candidate",
+            jobs.c.state.in_(_UNSUBMITTED),
+            jobs.c.submitted_at.is_(None),
+            jobs.c.raw_status.is_not(None),
+            jobs.c.raw_status != "busy",
+            jobs.c.created_at >= since,
+            jobs.c.created_at <= before,
+        )
+        async with self._engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def _row(self, conn: Connection, key: str, lock: bool = False) -> Any:
         query = sa.select(routes).where(routes.c.key == key)

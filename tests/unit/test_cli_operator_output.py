@@ -74,22 +74,22 @@ def test_check_accepts_a_loadable_certificate(
 
 def test_routes_show_aligns_the_numbers_of_each_arm_under_their_headings() -> None:
     arm = {"provider": "local-cog", "count": 125, "failed": 1, "error_rate": 0.008,
-           "p50_s": 0.078, "p95_s": 0.934}
+           "p50_s": 0.078, "p95_s": 0.934, "stuck": 0}
     shown = {
         "route": "acme/echo", "window_s": 300.0, "changes": [],
         "spec": {"provider": "local-cog", "candidate": "new", "canary_percent": 10.0,
                  "caller_key": "token", "shadow_percent": 0.0, "guard": None},
         "arms": {"control": arm, "candidate": {**arm, "provider": "new", "count": 3,
-                                               "failed": 0, "error_rate": None,
+                                               "failed": 0, "stuck": 2, "error_rate": 0.4,
                                                "p50_s": None, "p95_s": None}},
     }
     lines = routecli._show(shown).splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("last 300 s"))
     table = lines[head:head + 3]
     for heading, cell in (("ARM", "control"), ("PROVIDER", "local-cog"), ("COUNT", "125"),
-                          ("ERROR", "0.8%"), ("P95", "934 ms")):
+                          ("STUCK", "0"), ("ERROR", "0.8%"), ("P95", "934 ms")):
         assert table[1].index(cell) == table[0].index(heading), (heading, table)
-    assert table[2].split() == ["candidate", "new", "3", "0", "-", "-", "-"]
+    assert table[2].split() == ["candidate", "new", "3", "0", "2", "40.0%", "-", "-"]
 
 
 def test_check_says_which_file_it_read_or_that_it_read_none(

@@ -29,6 +29,21 @@ def test_too_few_samples_are_not_judged():
     assert guard.evaluate(settings, _arm(50), _arm(9, failed=9)) is None
 
 
+def test_stuck_predictions_count_as_failed_samples_of_the_error_rate_only():
+    settings = GuardSettings(max_error_rate=0.3, min_samples=5, max_queue_s=10)
+    finished = guard.Sample(arm="candidate", failed=False, latency_s=1.0)
+    assert guard.evaluate(settings, _arm(50), guard.summarize([], stuck=4)) is None  # < 5
+    candidate = guard.summarize([finished] * 3, stuck=2)
+    assert (candidate.count, candidate.stuck, candidate.error_rate) == (3, 2, 0.4)
+    breach = guard.evaluate(settings, _arm(50), candidate)
+    assert breach is not None
+    assert breach.reason == (
+        "candidate error rate 40.0% > 30.0% (2 of 5; 2 not taken by the provider within 10 s)"
+    )
+    latency = GuardSettings(max_p95_ratio=2.0, min_samples=5)  # judged over finished ones
+    assert guard.evaluate(latency, _arm(10), guard.summarize([finished], stuck=9)) is None
+
+
 def test_p95_ratio_needs_both_arms():
     settings = GuardSettings(max_p95_ratio=2.0, min_samples=5)
     slow = _arm(10, latency_s=5.0)
