@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,21 @@ async def test_shadow_report_closes_the_storage_it_opens(
                               since=None, format="json", output=None)
     assert await routecli.run(settings, args) == 0
     assert len(opened) == 1 and closed == opened
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "html"])
+async def test_the_shadow_report_of_a_route_without_a_candidate_says_so(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str,
+) -> None:
+    """It said "HOLD acme/plain: 0 pairs ... - 0 of the 100 pairs needed", as if pairs
+    were on their way (docs/shadow.md 'The verdict')."""
+    settings = Settings(**settings_dict(database_url, str(tmp_path / "assets")))
+    args = argparse.Namespace(command="shadow", action="report", route="acme/plain",
+                              since=None, format=fmt, output=None)
+    assert await routecli.run(settings, args) == 0
+    out = capsys.readouterr().out
+    assert "HOLD" not in out and "pairs needed" not in out
+    assert "NO CANDIDATE acme/plain: the route has no candidate provider" in out
+    if fmt == "json":
+        verdict = json.loads(out)["verdict"]
+        assert verdict["decision"] == "no-candidate"

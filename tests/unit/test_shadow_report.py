@@ -173,3 +173,12 @@ def test_pairs_whose_control_was_canceled_are_left_out_and_counted():
     built = report.build("m", [canceled, canceled, pair()], BASELINE, now=NOW)
     assert built.pairs == 1
     assert "2 pairs left out: their control prediction was canceled" in built.notes
+
+
+def test_a_route_without_a_candidate_has_nothing_to_compare():
+    built = report.build("m", [], BASELINE, now=NOW, has_candidate=False)
+    assert built.verdict.decision == "no-candidate"
+    assert built.verdict.line.startswith("NO CANDIDATE m: the route has no candidate provider")
+    assert report.Report.model_validate_json(report.render(built, "json")) == built
+    assert "NO CANDIDATE" in report.render(built, "md")
+    assert "verdict-no-candidate" in report.render(built, "html")
