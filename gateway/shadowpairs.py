@@ -129,7 +129,7 @@ class ShadowComparisons:
         candidates = await self.compared(route, "shadow", since)
         baseline = await self.compared(route, "baseline", since)
         built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
-                                since=since)
+                                since=since, has_candidate=spec.candidate is not None)
         if fmt == "html":  # thumbnails as data: URIs, so the page works offline
             built = await reporting.with_previews(built)
         return reporting.render(built, fmt)

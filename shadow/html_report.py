@@ -35,7 +35,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-al
   font-size: 13px; }
 .verdict { font-size: 16px; font-weight: 600; padding: 10px; border-radius: 4px; }
 .verdict-promote { background: #e3f4e1; } .verdict-hold { background: #fff4d6; }
-.verdict-block { background: #fde0dd; }
+.verdict-block { background: #fde0dd; } .verdict-no-candidate { background: #eeeeee; }
 .breaks td.kind { color: #b00020; font-weight: 600; }
 .plot .plot-title { font-size: 13px; font-weight: 600; } .plot .tick { font-size: 11px; }
 .sides { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }

@@ -98,6 +98,7 @@ class Report(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     route: str
+    has_candidate: bool = True
     generated_at: AwareDatetime
     since: AwareDatetime | None
     thresholds: Thresholds
@@ -125,6 +126,7 @@ def build(
     since: datetime | None = None,
     now: datetime | None = None,
     worst: int = 10,
+    has_candidate: bool = True,
 ) -> Report:
     """Aggregate control-vs-candidate pairs against control-vs-control ones.
 
@@ -143,6 +145,8 @@ def build(
         The window shown in the report (``now`` defaults to the current UTC time).
     worst : int
         How many reported pairs to keep, contract breaks first, then by severity.
+    has_candidate : bool
+        False when the route has no candidate provider: the verdict is ``no-candidate``.
     """
     thresholds = thresholds or Thresholds()
     given = list(pairs)
@@ -158,6 +162,7 @@ def build(
     )
     report = Report(
         route=route,
+        has_candidate=has_candidate,
         generated_at=now or datetime.now(UTC),
         since=since,
         thresholds=thresholds,

@@ -1,6 +1,7 @@
 """The one-line verdict of a report against the route's promotion thresholds.
 
-Three outcomes (docs/shadow.md, "The verdict"):
+Three outcomes, and a fourth when there is nothing to judge (docs/shadow.md, "The
+verdict"):
 
 - ``block``: the evidence says a threshold is breached: a Wilson *lower* bound above its
   maximum rate, the p95 run-time ratio above its maximum even from the candidate's lowest
@@ -9,7 +10,9 @@ Three outcomes (docs/shadow.md, "The verdict"):
 - ``promote``: at least ``min_pairs`` pairs, every Wilson *upper* bound within its
   maximum, the p95 ratio within its maximum from the candidate's highest plausible p95 to
   the control's lowest, and the cost ratio within its maximum;
-- ``hold``: anything in between; the line says what is missing.
+- ``hold``: anything in between; the line says what is missing;
+- ``no-candidate``: the route has no candidate provider, so nothing to compare (not a
+  ``hold``, which would read as pairs on their way).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "decide"]
 
-Decision = Literal["promote", "hold", "block"]
+Decision = Literal["promote", "hold", "block", "no-candidate"]
 
 
 class Verdict(BaseModel):
@@ -40,6 +43,12 @@ class Verdict(BaseModel):
 
 def decide(report: Report) -> Verdict:
     """The verdict of a built report (pure; reads only the report)."""
+    if not report.has_candidate:
+        kept = f" ({report.pairs} pairs kept from an earlier one)" if report.pairs else ""
+        return Verdict(decision="no-candidate", line=(
+            f"NO CANDIDATE {report.route}: the route has no candidate provider, so there is "
+            f"nothing to compare{kept}; set its candidate, then a shadow percent"
+        ))
     blocks, holds = _rate_checks(report)
     ratio_blocks, ratio_holds = _ratio_checks(report)
     blocks += ratio_blocks
