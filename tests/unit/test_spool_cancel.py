@@ -8,7 +8,6 @@ import asyncio
 import os
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ import gateway.download
 from gateway.download import SPOOL_BLOCK_BYTES
 from gateway.storage.local import LocalStorage
 from gateway.uploads import Uploads
+from tests.support.waiting import wait_until
 
 
 def _open_under(root: Path) -> list[str]:
@@ -39,14 +39,29 @@ def _hashers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "cutover-hash" and t.is_alive()]
 
 
+def _flag(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> asyncio.Event:
+    """An event set when the coroutine method ``owner.name`` is entered: it then runs on
+    without a pause up to its first wait, so a test resuming on the event finds it there."""
+    entered = asyncio.Event()
+    real = getattr(owner, name)
+
+    async def flagged(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, flagged)
+    return entered
+
+
 @pytest.mark.parametrize("cancels", [1, 2], ids=["cancelled-writing", "cancelled-discarding"])
 async def test_a_cancelled_upload_closes_removes_and_releases_its_spool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cancels: int
 ) -> None:
-    gate = threading.Event()
+    gate, writing = threading.Event(), threading.Event()
     real_write = gateway.download._write
 
     def slow_write(handle: Any, block: bytes) -> None:
+        writing.set()
         gate.wait(10)  # the first block is still being written when the task is cancelled
         real_write(handle, block)
 
@@ -55,49 +70,56 @@ async def test_a_cancelled_upload_closes_removes_and_releases_its_spool(
     copier = SimpleNamespace(max_output_bytes=1 << 30, accept=lambda raw: raw)
     uploads = Uploads(copier=copier, storage=storage, store=None, tokens={})  # type: ignore[arg-type]
     before = set(_hashers())
-    reading = asyncio.Event()
+    second = asyncio.Event()
+    discarding = _flag(monkeypatch, gateway.download.Spool, "discard")
 
     async def body() -> AsyncIterator[bytes]:
         yield bytes(SPOOL_BLOCK_BYTES)  # written on a thread (held by the gate)
+        second.set()
         yield bytes(SPOOL_BLOCK_BYTES)  # waits for the first block's write
-        reading.set()
         await asyncio.Event().wait()
         yield b""
 
     task = asyncio.create_task(uploads.receive("j1", "out.bin", "image/png", None, body()))
-    await asyncio.sleep(0.2)  # the second block waits for the first's write
+    await asyncio.wait_for(second.wait(), 5)  # the second block waits for the first's write
+    assert await asyncio.to_thread(writing.wait, 5)
     assert not task.done()
-    for _ in range(cancels):
-        task.cancel()
-        await asyncio.sleep(0.05)
+    task.cancel()  # while the first block is written
+    await asyncio.wait_for(discarding.wait(), 5)
+    if cancels == 2:
+        task.cancel()  # again, while the spool is discarded (waiting for that write)
+        await asyncio.wait([task], timeout=5)  # the task is gone before the write ends
+        assert task.done()
     gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    deadline = time.monotonic() + 5
     incoming = tmp_path / "assets"
-    while time.monotonic() < deadline:
-        leftovers = [p for p in incoming.rglob("*") if p.is_file()]
-        if not leftovers and not _open_under(incoming) and set(_hashers()) <= before:
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: not [p for p in incoming.rglob("*") if p.is_file()]
+        and not _open_under(incoming) and set(_hashers()) <= before,
+        5, what="the spool's file removed and closed, its hashing thread ended",
+    )
     assert [p for p in incoming.rglob("*") if p.is_file()] == []
     assert _open_under(incoming) == []
     assert set(_hashers()) <= before
 
 
-async def test_a_download_cancelled_twice_leaves_no_temp_file(tmp_path: Path) -> None:
+async def test_a_download_cancelled_twice_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The caller removes the file once cancelled; a second cancellation used to let it
     do so before the download's thread had created the file, which then stayed."""
     server = socket.create_server(("127.0.0.1", 0))
     answer = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 10\r\n\r\n"
+    hold = threading.Event()
 
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
             conn.recv(65536)
             conn.sendall(answer)
-            time.sleep(2)  # the body never comes in time
+            hold.wait(5)  # the body never comes in time
 
     threading.Thread(target=serve, daemon=True).start()
     checking, release = threading.Event(), threading.Event()
@@ -109,6 +131,22 @@ async def test_a_download_cancelled_twice_leaves_no_temp_file(tmp_path: Path) ->
 
     path = tmp_path / "incoming"
     port = server.getsockname()[1]
+    aborted = asyncio.Event()
+    real_abort, real_run = gateway.download._Job.abort, gateway.download._Job.run
+    ended = threading.Event()
+
+    def abort(job: Any) -> None:  # then download() waits for the thread, cancellable
+        real_abort(job)
+        aborted.set()
+
+    def run(job: Any) -> Any:
+        try:
+            return real_run(job)
+        finally:
+            ended.set()  # after the thread's own clean-up
+
+    monkeypatch.setattr(gateway.download._Job, "abort", abort)
+    monkeypatch.setattr(gateway.download._Job, "run", run)
 
     async def copy() -> None:
         try:
@@ -121,14 +159,15 @@ async def test_a_download_cancelled_twice_leaves_no_temp_file(tmp_path: Path) ->
             raise
 
     task = asyncio.create_task(copy())
-    await asyncio.to_thread(checking.wait, 5)
-    for _ in range(2):
-        task.cancel()
-        await asyncio.sleep(0.05)
+    assert await asyncio.to_thread(checking.wait, 5)
+    task.cancel()
+    await asyncio.wait_for(aborted.wait(), 5)
+    task.cancel()  # while download() waits for its thread: the caller removes the file
     with pytest.raises(asyncio.CancelledError):
         await task
-    release.set()
-    await asyncio.sleep(0.5)  # the thread goes on to open the file, then sees the abort
+    release.set()  # the thread goes on to open the file, then sees the abort
+    assert await asyncio.to_thread(ended.wait, 5)
+    hold.set()
     server.close()
     assert not path.exists()
     assert _open_under(tmp_path) == []
@@ -145,9 +184,15 @@ async def test_an_upload_cancelled_twice_while_cleaning_up_leaves_no_temp_file(
     storage = LocalStorage(tmp_path / "assets", fsync=False)
     moving = asyncio.Event()
 
+    given_up = asyncio.Event()
+
     async def put_file(key: str, path: Path) -> None:
         moving.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            given_up.set()  # the removal is queued before the task pauses again
+            raise
 
     monkeypatch.setattr(storage, "put_file", put_file)
     copier = SimpleNamespace(max_output_bytes=1 << 30, accept=lambda raw: raw)
@@ -161,11 +206,11 @@ async def test_an_upload_cancelled_twice_while_cleaning_up_leaves_no_temp_file(
     gate = threading.Event()
     busy = loop.run_in_executor(None, gate.wait, 5)
     task.cancel()  # the move is given up; the temp file's removal is queued
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(given_up.wait(), 5)
     task.cancel()  # ... and cancelled before a thread took it
     gate.set()
     await busy
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.3)
+    await loop.run_in_executor(None, lambda: None)  # one thread: every job queued ran
     assert [p for p in (tmp_path / "assets").rglob("*") if p.is_file()] == []
