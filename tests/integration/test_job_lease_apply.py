@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
 from gateway.app import LOOPS
+from gateway.store import applying as store_applying
 from gateway.store.schema import jobs, provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import delivery_loop, outbox_rows
@@ -221,10 +222,11 @@ async def test_a_webhook_during_an_applys_output_copy_waits_for_it_and_downloads
 
 
 async def test_a_webhook_applies_once_the_lease_of_a_crashed_apply_has_run_out(
-    make_gateway: Any, files: SlowFiles
+    make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second, job_id = await one_job(make_gateway)
     round_, output = await applying(first, second, job_id, files, "poller")
+    monkeypatch.setattr(store_applying, "give_back", dead)  # a dead process writes nothing
     round_.cancel()  # the process dies mid-copy: its apply lease is renewed no more
     with contextlib.suppress(asyncio.CancelledError):
         await round_
@@ -235,6 +237,28 @@ async def test_a_webhook_applies_once_the_lease_of_a_crashed_apply_has_run_out(
     assert await loop(second, "events").run_once() == 1
     assert (await second.get(job_id))["status"] == "succeeded"
     assert files.requests == 2  # the dead process's copy, then the event's
+    assert await unprocessed(second, job_id) == 0
+
+
+async def dead(*args: Any) -> None:
+    """What a process that died does with its apply lease: nothing."""
+
+
+async def test_an_apply_cancelled_as_the_gateway_stops_gives_its_lease_back(
+    make_gateway: Any, files: SlowFiles
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    round_, output = await applying(first, second, job_id, files, "poller")
+    round_.cancel()  # the gateway stops mid-copy, its loops cancelled (gateway/app.py)
+    with contextlib.suppress(asyncio.CancelledError):
+        await round_
+    row = await job_row(first, job_id)
+    assert (row.state, row.lease_owner, row.leased_until) == ("queued", None, None)
+    assert await second.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    files.release.set()
+    assert await loop(second, "events").run_once() == 1  # applied at once: nothing held
+    assert (await second.get(job_id))["status"] == "succeeded"
+    assert files.requests == 2  # the stopped apply's copy, then the event's
     assert await unprocessed(second, job_id) == 0
 
 
