@@ -79,7 +79,7 @@ class Claims(DispatchClaims):
         lease lost anyway (the store out of reach for most of a lease) is logged once as
         ``job_lease_lost`` (:meth:`_renew`); the apply goes on (the finalizer is
         idempotent). A body that raises hands the lease back to the claim's, for the
-        caller's release."""
+        caller's release; one cancelled (the gateway stopping) releases the job."""
         now = self._clock.now()
         held = Held(applying.new_token(), now + self._lease_length)
         owner = self._owner if claimed else None
@@ -94,10 +94,12 @@ class Claims(DispatchClaims):
         )
         try:
             yield True
-        except Exception:
+        except BaseException as exc:
             await timer.stop()
+            # Cancelled (the gateway stopping): nobody's, so no event nor poll waits for it.
+            back = owner if isinstance(exc, Exception) else None
             with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
-                await applying.give_back(self._engine, job_id, held.apply_owner, owner)
+                await applying.give_back(self._engine, job_id, held.apply_owner, back)
             raise
         finally:
             await timer.stop()
