@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from adapters import cog_wire
+from adapters import cog_wire, tls
 from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
 from contracts.auth import bearer_token
 from contracts.errors import (
@@ -105,7 +105,8 @@ class CogAdapter:
         self._token = webhook_auth_token
         self._timeout_s = request_timeout_s
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport
+            base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport,
+            verify=tls.client_context(),
         )
 
     async def aclose(self) -> None:

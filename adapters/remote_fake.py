@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from adapters import tls
 from adapters.fake import FakeAdapter
 from contracts.errors import (
     ContractViolation,
@@ -105,7 +106,8 @@ class RemoteFakeAdapter(FakeAdapter):
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
         )
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport
+            base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport,
+            verify=tls.client_context(),
         )
 
     async def submit(self, request: SubmitRequest) -> ProviderSnapshot:

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from adapters import tls
 from contracts.errors import (
     ContractViolation,
     ProviderBusy,
@@ -168,6 +169,7 @@ class Upstream:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             transport=transport,
             trust_env=False,
+            verify=tls.client_context(trust_env=False),
         )
 
     async def aclose(self) -> None:

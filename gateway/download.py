@@ -47,7 +47,6 @@ import http.client
 import os
 import queue
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from adapters.tls import client_context
 
 __all__ = [
     "BLOCK_BYTES", "WRITE_BYTES", "DownloadFailed", "Downloaded", "Spool", "download", "remove",
@@ -67,8 +68,6 @@ QUEUED_BLOCKS = 2  # blocks written and waiting for the hashing thread
 SPOOL_BLOCK_BYTES = 1 << 20  # an upload's block: its small chunks are joined (copied) first
 MAX_DOWNLOADS = 8  # downloads running at once in one process; more wait for a thread
 SPOOL_THREADS = 4  # spools' block writes, closes and discards at once (docs/storage.md)
-
-_ssl: ssl.SSLContext | None = None
 
 
 class DownloadFailed(Exception):
@@ -132,16 +131,6 @@ def _threads(kind: Literal["download", "spool"]) -> ThreadPoolExecutor:
     a spool's job must never queue behind downloads that hold their threads for minutes."""
     size = MAX_DOWNLOADS if kind == "download" else SPOOL_THREADS
     return ThreadPoolExecutor(size, thread_name_prefix=f"cutover-{kind}")
-
-
-def _tls() -> ssl.SSLContext:
-    """The CA bundle httpx uses (certifi), as the gateway's other provider calls do."""
-    global _ssl
-    if _ssl is None:
-        import certifi
-
-        _ssl = ssl.create_default_context(cafile=certifi.where())
-    return _ssl
 
 
 class _Hasher:
@@ -285,7 +274,8 @@ def _write(handle: Any, block: bytes) -> None:
 
 def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> Any:
     if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=_tls())
+        context = client_context(trust_env=False)  # certifi's, as before: no environment
+        return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
     return http.client.HTTPConnection(host, port, timeout=timeout_s)
 
 
