@@ -19,6 +19,9 @@ modules from source at every start.
 millions) of one start of each, from spawning to a listening socket, under valgrind's
 callgrind (``apt-get install valgrind``; about a minute each): the gateway on a fresh
 and on an existing database, and the bare server (bench/support/listening.py).
+``--instructions --cog-providers N`` configures N Cog providers on ``http://`` URLs
+instead of the fake one (each builds an httpx client at start; docs/benchmarks.md,
+"Start-up: the last 10 %").
 """
 
 from __future__ import annotations
@@ -108,11 +111,18 @@ def instructions(command: list[str], work: Path) -> float:
     return int(found.group(1)) / 1e6
 
 
-def count_instructions() -> None:
+def count_instructions(cog_providers: int = 0) -> None:
     listening = [sys.executable, str(ROOT / "bench" / "support" / "listening.py")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         config = gateway_config(f"sqlite+aiosqlite:///{work / 'cutover.db'}", work)
+        if cog_providers:  # never contacted before listening: a closed port will do
+            names = [f"cog{n}" for n in range(cog_providers)]
+            config["providers"] = {
+                name: {"kind": "cog", "base_url": f"http://127.0.0.1:{9 + n}"}
+                for n, name in enumerate(names)
+            }
+            config["routes"] = [{"model": f"bench/{name}", "provider": name} for name in names]
         path = work / "cutover.toml"
         path.write_bytes(tomli_w.dumps(config).encode())
         fresh = instructions([*listening, "gateway", str(path)], work)
@@ -121,6 +131,8 @@ def count_instructions() -> None:
         body.write_bytes(b"{}")
         bare_script = str(refs.refs_dir() / "bare_aiohttp.py")
         bare = instructions([*listening, "bare", bare_script, str(free_port()), str(body)], work)
+    if cog_providers:
+        print(f"the gateway with {cog_providers} Cog providers (http://), not the fake one")
     print(f"instructions to listening (M)  gateway fresh db {fresh:,.0f}, existing db "
           f"{existing:,.0f}; bare aiohttp {bare:,.0f} (ratios {fresh / bare:.2f}, "
           f"{existing / bare:.2f})")
@@ -132,11 +144,13 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions to listening under callgrind instead")
+    parser.add_argument("--cog-providers", type=int, default=0,
+                        help="with --instructions: this many Cog providers, not the fake")
     args = parser.parse_args()
     load.print_header()
     compile_project()
     if args.instructions:
-        count_instructions()
+        count_instructions(args.cog_providers)
         return
     fresh, warm, cpu, rss, ref_start, ref_cpu, ref_rss = [], [], [], [], [], [], []
     used: dict[str, list[float]] = {"fresh database": [], "existing database": [], "bare": []}
