@@ -3,9 +3,10 @@
 Every ``interval_s`` (5 s by default) and for every route, it reads the control and
 candidate predictions finished within the guard's window (and after the route's last
 change) and the candidate's stuck ones (not taken ``max_queue_s`` after their create),
-publishes their counts, error rates and p95 latency as gauges, and — when the route
-has a guard and its canary is above 0 — judges them (:func:`gateway.guard.evaluate`,
-plus the shadow contract-break rate from ``pair_stats``). A breach sets the canary to 0
+publishes their counts, error rates, p95 latency and the stuck count as gauges, and —
+when the route has a guard and its canary is above 0 — judges them
+(:func:`gateway.guard.evaluate`, plus the shadow contract-break rate from
+``pair_stats``). A breach sets the canary to 0
 in one guarded, audited change (who ``guard``, the reason, the samples), logs
 ``canary_rolled_back`` and counts it in ``cutover_guard_rollbacks_total``. Several
 processes may judge at once: the change only applies while the canary is above 0, so
@@ -148,6 +149,9 @@ class Guard(Loop):
     ) -> None:
         if self._metrics is None:
             return
+        # every route, every round: 0 without a guard or candidate and once the count
+        # restarts at a change (a rollback), so an alert on it clears (docs/canary.md)
+        self._metrics.guard_stuck.labels(key).set(candidate.stuck)
         arms = [("control", spec.provider, control)]
         if spec.candidate:
             arms.append(("candidate", spec.candidate, candidate))

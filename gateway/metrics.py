@@ -117,6 +117,13 @@ class Metrics:
             ["route"],
             registry=self.registry,
         )
+        self.guard_stuck = Gauge(
+            "cutover_guard_stuck_predictions",
+            "Candidate predictions not taken max_queue_s after their create, as the guard's"
+            " last round counted them (all processes), by route.",
+            ["route"],
+            registry=self.registry,
+        )
         self.shadows = Counter(
             "cutover_shadows",
             "Shadow jobs, by route and outcome (created, dropped, submitted).",

@@ -50,6 +50,14 @@ async def _tried(gateway: GatewayHarness, made: list[str]) -> None:
     await wait_until(failed_once, 10.0, what="a failed submit of every create")
 
 
+async def _stuck_gauge(gateway: GatewayHarness) -> float | None:
+    """``cutover_guard_stuck_predictions{route}`` as /metrics shows it (None: absent)."""
+    text = await (await gateway.client.get("/metrics")).text()
+    series = f'cutover_guard_stuck_predictions{{route="{ROUTE}"}} '
+    values = [float(line[len(series):]) for line in text.splitlines() if line.startswith(series)]
+    return values[0] if values else None
+
+
 def _guard(gateway: GatewayHarness) -> Guard:
     return next(loop for loop in gateway.app[LOOPS] if isinstance(loop, Guard))
 
@@ -68,11 +76,13 @@ async def test_a_candidate_refusing_connections_is_rolled_back_once_enough_are_s
     shown = await _admin(gateway, "GET", f"/routes/{ROUTE}")
     assert shown["arms"]["candidate"]["stuck"] == 4
     assert shown["arms"]["candidate"]["count"] == 0  # none finished
+    assert await _stuck_gauge(gateway) == 4  # the figure the guard judged, for alerts
     stuck += await _create_all(gateway, 1)
     await _tried(gateway, stuck)
     assert await _guard(gateway).run_once() == 0  # the fifth is not old enough yet
     gateway.clock.advance(6)
     assert await _guard(gateway).run_once() == 1
+    assert await _stuck_gauge(gateway) == 5  # the round that rolled back
     shown = await _admin(gateway, "GET", f"/routes/{ROUTE}")
     assert shown["spec"]["canary_percent"] == 0
     last = shown["changes"][0]
@@ -85,6 +95,9 @@ async def test_a_candidate_refusing_connections_is_rolled_back_once_enough_are_s
     for job_id in stuck:  # never moved: they stay the candidate's until it answers or expire
         assert (await _admin(gateway, "GET", f"/predictions/{job_id}"))["provider"] == "next"
         assert (await gateway.get(job_id))["status"] == "starting"
+    gateway.clock.advance(6)
+    assert await _guard(gateway).run_once() == 0
+    assert await _stuck_gauge(gateway) == 0  # counted from the rollback on: the alert clears
 
 
 async def test_a_healthy_candidate_queueing_at_its_max_concurrency_is_not_stuck(
@@ -98,4 +111,5 @@ async def test_a_healthy_candidate_queueing_at_its_max_concurrency_is_not_stuck(
     assert await _guard(gateway).run_once() == 0
     shown = await _admin(gateway, "GET", f"/routes/{ROUTE}")
     assert shown["arms"]["candidate"]["stuck"] == 0
+    assert await _stuck_gauge(gateway) == 0
     assert shown["spec"]["canary_percent"] == 100
