@@ -163,7 +163,8 @@ async def _storage(app: web.Application) -> AsyncIterator[None]:
 
 async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
-    engine = db.create_engine(settings.gateway.database_url)
+    engine = db.create_engine(settings.gateway.database_url,
+                              statement_timeout_s=settings.gateway.database_statement_timeout_s)
     checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/checkpoint.py)
     try:
         await db.migrate(engine)

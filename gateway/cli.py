@@ -252,7 +252,8 @@ def _tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 
 async def _migrate(settings: Settings) -> None:
-    engine = db.create_engine(settings.gateway.database_url)
+    # no statement timeout: migrating a large table may take minutes (docs/reliability.md)
+    engine = db.create_engine(settings.gateway.database_url, statement_timeout_s=None)
     try:
         await db.migrate(engine)
     finally:
@@ -260,7 +261,8 @@ async def _migrate(settings: Settings) -> None:
 
 
 async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
-    engine = db.create_engine(settings.gateway.database_url)
+    engine = db.create_engine(settings.gateway.database_url,
+                              statement_timeout_s=settings.gateway.database_statement_timeout_s)
     letters = DeadLetters(DeadLetterRows(engine))
     try:
         if args.action == "list-dead":

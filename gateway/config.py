@@ -82,6 +82,7 @@ class GatewaySettings(_Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     database_url: str = "sqlite+aiosqlite:///./cutover.db"
+    database_statement_timeout_s: float = Field(default=60.0, gt=0)  # PostgreSQL: store/db.py
     storage_url: str = "file://./cutover-assets"
     api_tokens: list[SecretStr] = Field(default_factory=list)
     named_api_tokens: dict[str, SecretStr] = Field(default_factory=dict)

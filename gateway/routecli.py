@@ -103,7 +103,8 @@ def log_setup(args: argparse.Namespace) -> tuple[str, str]:
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one ``routes`` action; the exit status comes back (errors propagate). The
     database engine and the owned storage it opens are closed before it returns."""
-    engine = db.create_engine(settings.gateway.database_url)
+    engine = db.create_engine(settings.gateway.database_url,
+                              statement_timeout_s=settings.gateway.database_statement_timeout_s)
     storage: Storage | None = None
     try:
         await db.migrate(engine)

@@ -46,6 +46,12 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 5.0
 """How long opening a PostgreSQL connection may take: a database that is away must make
 requests fail fast (503), not hang them (docs/reliability.md, "Dependency outages")."""
+PG_STATEMENT_TIMEOUT_S = 60.0
+"""How long one PostgreSQL statement may wait for its answer (asyncpg's
+``command_timeout``; ``[gateway] database_statement_timeout_s``): a connection whose peer
+vanished without a reset (a partition, a failed-over host) answers never, and a write
+waiting on it forever kept its job from finishing while other connections renewed the
+job's lease (docs/reliability.md, "Dependency outages")."""
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # connection exceptions (08), shutdown or crash (57P01-57P03), too many connections (53300).
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
@@ -56,11 +62,16 @@ def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def create_engine(database_url: str) -> Engine:
+def create_engine(
+    database_url: str, *, statement_timeout_s: float | None = PG_STATEMENT_TIMEOUT_S
+) -> Engine:
     """Build the process's engine for ``sqlite+aiosqlite://`` or ``postgresql+asyncpg://``.
 
     No connection is opened here. SQLite files get WAL mode, foreign keys, a 30 s busy
     timeout and ``BEGIN IMMEDIATE`` transactions; their parent directory is created.
+    A PostgreSQL statement unanswered after ``statement_timeout_s`` (None: no limit) raises
+    :class:`TimeoutError` (transient: :func:`unreachable`) and its connection is closed,
+    not pooled again (:func:`_configure_postgresql`).
 
     Raises
     ------
@@ -91,10 +102,13 @@ def create_engine(database_url: str) -> Engine:
         _configure_sqlite(engine)
         return engine
     if url.drivername == "postgresql+asyncpg":
-        return aio.create_engine(
+        engine = aio.create_engine(
             url, pool_size=10, max_overflow=10, pool_pre_ping=True,
-            connect_args={"timeout": PG_CONNECT_TIMEOUT_S},
+            connect_args={"timeout": PG_CONNECT_TIMEOUT_S,
+                          "command_timeout": statement_timeout_s},
         )
+        _configure_postgresql(engine)
+        return engine
     raise ConfigurationError(
         f"database_url driver {url.drivername!r} is not supported; "
         "use sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB"
@@ -152,6 +166,15 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: sa_engine.Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _configure_postgresql(engine: Engine) -> None:
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _on_error(context: sa_engine.ExceptionContext) -> None:
+        # A statement past its command_timeout: the connection may be waiting on a dead
+        # peer (asyncpg's cancel request too), so it is closed rather than reused.
+        if isinstance(context.original_exception, TimeoutError):
+            context.is_disconnect = True
 
 
 async def migrate(engine: Engine, *, fresh_script: bool = True) -> None:
