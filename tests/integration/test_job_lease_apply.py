@@ -329,3 +329,65 @@ async def test_a_webhook_during_the_reapers_last_ask_waits_for_its_apply(
     assert await loop(second, "events").run_once() == 1  # finds the job finished
     assert files.requests == 1
     assert await unprocessed(second, job_id) == 0
+
+
+async def test_an_apply_cancelled_as_its_lease_is_taken_gives_it_back(
+    make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    await first.settle()  # submitted, queued at the provider
+    output = finishes(job_id, files, first, second)
+    take = store_applying.take
+
+    async def taken_then_cancelled(*args: Any, **kwargs: Any) -> bool:
+        await take(*args, **kwargs)  # committed: the job is '+apply:'
+        raise asyncio.CancelledError  # the gateway stopping, before the take's await returns
+
+    monkeypatch.setattr(store_applying, "take", taken_then_cancelled)
+    advance(10, first, second)  # the next poll is due
+    with contextlib.suppress(asyncio.CancelledError):
+        await loop(first, "poller").run_once()
+    row = await job_row(first, job_id)
+    assert (row.state, row.lease_owner, row.leased_until) == ("queued", None, None)
+    assert files.requests == 0  # the apply never began
+    assert await second.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    files.release.set()
+    assert await loop(second, "events").run_once() == 1  # applied at once: nothing held
+    assert (await second.get(job_id))["status"] == "succeeded"
+
+
+async def test_a_failed_apply_wakes_its_waiting_event_at_once(
+    make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sections = {"providers": FILE_HOSTS, "gateway": {"lease_s": 60.0}}  # a quarter: 15 s
+    gateway = await make_gateway(**sections)
+    job_id = str((await gateway.create({"version": VERSION, "input": {"prompt": "x"}}))["id"])
+    await gateway.settle()  # submitted, queued at the provider
+    output = finishes(job_id, files, gateway)
+    finish = gateway.store.finish
+
+    async def blip(*args: Any, **kwargs: Any) -> Any:  # the store fails the apply's record
+        monkeypatch.setattr(gateway.store, "finish", finish)
+        raise RuntimeError("store blip")
+
+    monkeypatch.setattr(gateway.store, "finish", blip)
+    advance(10, gateway)  # the next poll is due
+    round_ = await begun(gateway, "poller", files)
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output=output) == 200
+    events = loop(gateway, "events")
+    assert await events.run_once() == 1  # taken, put back to wait for the apply
+    running = asyncio.create_task(events.run())  # asleep: the wait is 15 s of its clock
+    try:
+        files.release.set()  # the copy ends, the record fails: the lease is handed back
+        assert await round_ == 1
+        await wait_until(lambda: applied(gateway, job_id), 1.0,
+                         what="the waiting event applied within 1 s of the hand-back")
+        assert (await gateway.get(job_id))["status"] == "succeeded"
+    finally:
+        events.stop()
+        await running
+
+
+async def applied(gateway: GatewayHarness, job_id: str) -> bool:
+    """Whether every provider event of the job is applied."""
+    return await unprocessed(gateway, job_id) == 0
