@@ -224,6 +224,8 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         clock=clock,
     )
     app[keys.STORE] = store
+    notifier = app[keys.NOTIFIER]  # an apply lease given back: its job's events are due
+    store.on_given_back = lambda job_id: notifier.wake(LoopName.EVENTS)
     app[OWNER] = owner
     app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s, clock=clock)
     await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)

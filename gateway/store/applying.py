@@ -9,7 +9,10 @@ apply (:data:`PREFIX` and 24 hex digits), ``leased_until`` renewed every quarter
 token tells the provider-event processor, in the job row it reads for every event
 anyway, that a result is being applied there: the event waits until that lease is given
 up or runs out (:meth:`held_until`, :class:`gateway.intake.EventProcessor`), and then
-finds the job finished, without a second copy.
+finds the job finished, without a second copy. An apply that fails or is cancelled
+gives the lease back (:func:`give_back`): the events put back to wait for it are due at
+once, and :meth:`gateway.store.claims.Claims.applying` wakes this process's event
+processor; another process's retries them at its quarter lease.
 
 The lease is taken from the claim's (``lease_owner`` the process; the reaper, which claims
 nothing, takes it from nobody's) in one statement, only
@@ -104,16 +107,30 @@ async def renew(engine: Engine, job_id: str, apply_owner: str, until: datetime) 
         return (await conn.execute(now_held)).scalar()
 
 
-async def give_back(engine: Engine, job_id: str, apply_owner: str, owner: str | None) -> None:
-    """An apply that failed: the lease is ``owner``'s claim again (so the loop's release
-    of the job, with its retry's backoff, applies; None: no lease), and events no longer
-    wait for it."""
+async def give_back(
+    engine: Engine, job_id: str, held: Held, owner: str | None, now: datetime
+) -> bool:
+    """An apply that failed or was cancelled, or whose take may have committed: the lease
+    is ``owner``'s claim again (so the loop's release of the job, with its retry's backoff,
+    applies; None: no lease), only while the apply ``held`` holds it (never another's), and
+    events no longer wait for it: those of the job put back to wait for it (their retry at
+    or before ``held.until``, :class:`gateway.intake.EventProcessor`) are due at once.
+    True when the lease was given back (the caller wakes the event processor)."""
     back = {"lease_owner": owner} if owner is not None else {
         "lease_owner": None, "leased_until": None
     }
     async with engine.begin() as conn:
-        await conn.execute(
+        done = await conn.execute(
             jobs.update()
-            .where(jobs.c.id == job_id, jobs.c.lease_owner == apply_owner)
+            .where(jobs.c.id == job_id, jobs.c.lease_owner == held.apply_owner)
             .values(**back)
         )
+        if not done.rowcount:
+            return False
+        waited = sa.and_(  # put back until this lease's end or sooner, and not yet due
+            provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None),
+            provider_events.c.lease_owner.is_(None),
+            provider_events.c.leased_until.between(now, held.until),
+        )
+        await conn.execute(provider_events.update().where(waited).values(leased_until=None))
+    return True

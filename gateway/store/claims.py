@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 class Claims(DispatchClaims):
     """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
+
+    #: Called with a job's id when :meth:`applying` gave its apply lease back (the job's
+    #: provider events no longer wait for it): the gateway wakes its event processor.
+    on_given_back: Callable[[str], None] = staticmethod(lambda job_id: None)
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id`` (:meth:`gateway.store.jobs.JobStore.get`)."""
@@ -79,13 +83,20 @@ class Claims(DispatchClaims):
         lease lost anyway (the store out of reach for most of a lease) is logged once as
         ``job_lease_lost`` (:meth:`_renew`); the apply goes on (the finalizer is
         idempotent). A body that raises hands the lease back to the claim's, for the
-        caller's release; one cancelled (the gateway stopping) releases the job."""
+        caller's release; one cancelled (the gateway stopping) releases the job; so does a
+        take that raises or is cancelled, as it may have committed (:meth:`_give_back`)."""
         now = self._clock.now()
         held = Held(applying.new_token(), now + self._lease_length)
         owner = self._owner if claimed else None
-        if not await applying.take(self._engine, job_id, owner=owner,
-                                   apply_owner=held.apply_owner,
-                                   now=now, until=held.until, unless_events=unless_events):
+        try:
+            taken = await applying.take(
+                self._engine, job_id, owner=owner, apply_owner=held.apply_owner, now=now,
+                until=held.until, unless_events=unless_events,
+            )
+        except BaseException as exc:  # it may have committed: give back what may be held
+            await self._give_back(job_id, held, owner, exc)
+            raise
+        if not taken:
             yield False
             return
         period_s = self._lease_length.total_seconds() / heartbeat.RENEWALS_PER_LEASE
@@ -96,13 +107,23 @@ class Claims(DispatchClaims):
             yield True
         except BaseException as exc:
             await timer.stop()
-            # Cancelled (the gateway stopping): nobody's, so no event nor poll waits for it.
-            back = owner if isinstance(exc, Exception) else None
-            with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
-                await applying.give_back(self._engine, job_id, held.apply_owner, back)
+            await self._give_back(job_id, held, owner, exc)
             raise
         finally:
             await timer.stop()
+
+    async def _give_back(
+        self, job_id: str, held: Held, owner: str | None, exc: BaseException
+    ) -> None:
+        """:meth:`applying`'s lease, held or maybe held, given back after ``exc``: to the
+        claim's ``owner`` for an Exception, released for a cancel (the gateway stopping:
+        nobody's, so no event nor poll waits for it); guarded by the apply's own token.
+        Given back, the job's waiting events are due and this process's event processor
+        is woken (:attr:`on_given_back`); other processes' retry at their quarter lease."""
+        back = owner if isinstance(exc, Exception) else None
+        with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
+            if await applying.give_back(self._engine, job_id, held, back, self._clock.now()):
+                self.on_given_back(job_id)
 
     async def _renew(self, job_id: str, held: Held) -> None:
         """One renewal of :meth:`applying`'s lease. Found released while still held (the
