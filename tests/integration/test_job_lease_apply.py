@@ -184,6 +184,16 @@ async def test_a_poll_leaves_a_finished_job_to_its_event_being_applied(
     await finished_once(first, job_id, files, round_)
 
 
+async def polled_and_finished(
+    make_gateway: Any, files: SlowFiles
+) -> tuple[GatewayHarness, GatewayHarness, str, dict[str, str]]:
+    """:func:`one_job` submitted (queued at the provider) and then finished with a file
+    (:func:`finishes`); the gateways, the job and its output."""
+    first, second, job_id = await one_job(make_gateway)
+    await first.settle()
+    return first, second, job_id, finishes(job_id, files, first, second)
+
+
 async def applying(
     first: GatewayHarness, second: GatewayHarness, job_id: str, files: SlowFiles, by: str
 ) -> tuple[asyncio.Task[int], dict[str, str]]:
@@ -286,9 +296,7 @@ async def unprocessed(gateway: GatewayHarness, job_id: str) -> int:
 async def test_an_apply_that_fails_hands_the_job_back_and_holds_no_event(
     make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first, second, job_id = await one_job(make_gateway)
-    await first.settle()  # submitted, queued at the provider
-    output = finishes(job_id, files, first, second)
+    first, second, job_id, output = await polled_and_finished(make_gateway, files)
     files.release.set()
     finish = first.store.finish
 
@@ -334,9 +342,7 @@ async def test_a_webhook_during_the_reapers_last_ask_waits_for_its_apply(
 async def test_an_apply_cancelled_as_its_lease_is_taken_gives_it_back(
     make_gateway: Any, files: SlowFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first, second, job_id = await one_job(make_gateway)
-    await first.settle()  # submitted, queued at the provider
-    output = finishes(job_id, files, first, second)
+    first, second, job_id, output = await polled_and_finished(make_gateway, files)
     take = store_applying.take
 
     async def taken_then_cancelled(*args: Any, **kwargs: Any) -> bool:
