@@ -128,7 +128,7 @@ def create_app(
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp("/admin", create_admin_app(settings.admin.named_tokens()))
+    app.add_subapp("/admin", create_admin_app(settings.admin.roles()))
     return app
 
 

@@ -5,6 +5,8 @@ these are not the Replicate API tokens (``/admin/`` is outside the API-token mid
 With no admin token configured, every admin request is refused with 403. Errors are
 problem+json, like the rest of the gateway.
 
+A ``viewer`` token (docs/console.md, "Roles") may only read these routes.
+
 Routes (all JSON):
 
 ``GET  /admin/webhooks/dead?since=&until=&limit=``
@@ -23,7 +25,6 @@ Routes (all JSON):
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -35,6 +36,7 @@ from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
 from gateway.http import keys
 from gateway.http import routes as route_admin
+from gateway.http.admintokens import IDENTITY, READ_METHODS, AdminTokens, refuse_viewer
 from gateway.http.middleware import Handler, json_response
 from gateway.notify import LoopName
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
@@ -44,37 +46,41 @@ __all__ = ["create_admin_app"]
 routes = web.RouteTableDef()
 
 
-def create_admin_app(tokens: Iterable[str | tuple[str, str]]) -> web.Application:
+def create_admin_app(
+    tokens: Iterable[str | tuple[str, str] | tuple[str, str, str]],
+) -> web.Application:
     """The admin sub-application; mount it with ``app.add_subapp("/admin", ...)``.
 
     Parameters
     ----------
-    tokens : Iterable[str or (name, token)]
+    tokens : Iterable[str, (name, token) or (name, token, role)]
         Accepted bearer tokens, optionally named (the name is "who" in the route audit,
-        docs/canary.md); none means the admin API answers 403 to everything.
+        docs/canary.md) and given a role (``admin``, the default, or ``viewer``: reads
+        only, docs/console.md); none means the admin API answers 403 to everything.
     """
-    named = [t if isinstance(t, tuple) else (f"admin-{i}", t) for i, t in enumerate(tokens, 1)]
-    accepted = [(name, token.encode()) for name, token in named]
+    accepted = AdminTokens(tokens)
     admin = web.Application(middlewares=[_admin_auth(accepted)])
-    admin[route_admin.ADMIN_TOKENS] = accepted
     admin.add_routes(routes)
     admin.add_routes(route_admin.routes)
     return admin
 
 
-def _admin_auth(
-    accepted: list[tuple[str, bytes]],
-) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _admin_auth(accepted: AdminTokens) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Bearer tokens only: a console session cookie never authorizes the admin API."""
+
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
         token = bearer_token(request.headers.get("Authorization"))
-        presented = token.encode(errors="surrogateescape")  # undecodable bytes: 401
-        if not presented:
+        if not token:
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
-        if not any(hmac.compare_digest(presented, t) for _, t in accepted):
+        identity = accepted.identify(token)  # undecodable bytes match none: 401
+        if identity is None:
             raise Unauthenticated("that is not a valid admin token")
+        if request.method not in READ_METHODS:
+            refuse_viewer(identity)
+        request[IDENTITY] = identity
         return await handler(request)
 
     return check
