@@ -32,6 +32,7 @@ from gateway.http import (
     access,
     api,
     assets,
+    console,
     files,
     keys,
     openapi,
@@ -41,6 +42,7 @@ from gateway.http import (
     uploads,
 )
 from gateway.http.admin import create_admin_app
+from gateway.http.admintokens import AdminTokens
 from gateway.http.middleware import ApiTokens
 from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
@@ -128,7 +130,9 @@ def create_app(
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp("/admin", create_admin_app(settings.admin.roles()))
+    app.add_subapp("/admin/console", console.create_console_app(  # people, by session
+        AdminTokens(settings.admin.roles()), idle_s=settings.admin.session_idle_s))
+    app.add_subapp("/admin", create_admin_app(settings.admin.roles()))  # Bearer tokens
     return app
 
 

@@ -5,7 +5,9 @@ these are not the Replicate API tokens (``/admin/`` is outside the API-token mid
 With no admin token configured, every admin request is refused with 403. Errors are
 problem+json, like the rest of the gateway.
 
-A ``viewer`` token (docs/console.md, "Roles") may only read these routes.
+``GET /admin/`` redirects (303) to the console, ``/admin/console/`` (docs/console.md),
+which signs people in with its own sessions; a session cookie never authorizes these
+routes, and a ``viewer`` token may only read them.
 
 Routes (all JSON):
 
@@ -70,6 +72,8 @@ def _admin_auth(accepted: AdminTokens) -> Callable[..., Awaitable[web.StreamResp
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.route.name == "landing":  # people: to the console
+            return await handler(request)
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
         token = bearer_token(request.headers.get("Authorization"))
@@ -84,6 +88,12 @@ def _admin_auth(accepted: AdminTokens) -> Callable[..., Awaitable[web.StreamResp
         return await handler(request)
 
     return check
+
+
+@routes.get("/", name="landing")
+async def landing(request: web.Request) -> web.Response:
+    """``/admin/`` in a browser: the console (docs/console.md)."""
+    raise web.HTTPSeeOther("/admin/console/")
 
 
 def _letters(request: web.Request) -> DeadLetters:
