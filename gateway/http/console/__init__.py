@@ -27,7 +27,8 @@ _IDLE_S = web.AppKey("console_idle_s", float)
 _STATIC = Path(__file__).with_name("static")
 _OPEN = frozenset({"sign_in", "sign_in_form", "static"})  # no session needed
 _PASSIVE = frozenset({"overview_live", "route_live"})  # refreshes: the idle clock runs on
-_TYPES = {"console.css": "text/css", "console.js": "text/javascript"}
+_TYPES = {"console.css": "text/css", "console.js": "text/javascript",
+          "favicon.svg": "image/svg+xml"}
 _FILES = web.AppKey("console_files", dict[str, bytes])
 
 extra = web.RouteTableDef()

@@ -4,7 +4,7 @@ headers of every page, and error pages (docs/console.md, "Pages").
 Every console response carries a strict Content-Security-Policy (scripts, styles and
 frames from the console's own origin only, no inline script or style, forms posting
 only to it, never framed by another page), ``Cache-Control: no-store`` and
-``Referrer-Policy: no-referrer``; the shadow report keeps its own policy and is framed
+``Referrer-Policy: same-origin``; the shadow report keeps its own policy and is framed
 only by the console.
 """
 
@@ -29,23 +29,31 @@ _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'
         "connect-src 'self'; frame-src 'self'; form-action 'self'; base-uri 'none'; "
         "frame-ancestors 'none'")
 _REPORT_CSP = ("default-src 'none'; img-src 'self' data: http: https:; "
-               "style-src 'unsafe-inline'; frame-ancestors 'self'; sandbox")
+               "style-src 'unsafe-inline'; frame-ancestors 'self'")  # framed sandboxed
 HEADERS = {
     "Content-Security-Policy": _CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer made Chromium post "Origin: null"
     "Cache-Control": "no-store",
 }
 
 
 def environment() -> jinja2.Environment:
     """The console's template environment (templates shipped in the package)."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("gateway.http.console", "templates"),
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["short"] = short_route
+    return env
+
+
+def short_route(key: str) -> str:
+    """A route's name with its version id cut to 12 digits (the page's title has it all)."""
+    model, sep, version = key.partition(":")
+    return f"{model}:{version[:12]}\u2026" if sep and len(version) > 12 else key
 
 
 def _render(request: web.Request, name: str, context: dict[str, Any]) -> str:

@@ -72,7 +72,7 @@ def check_origin(request: web.Request, public_url: str) -> None:
     origin = request.headers.get("Origin")
     here = {origin_of(f"{request.scheme}://{request.host}"), origin_of(public_url)}
     if origin is None or origin.lower() not in here:
-        raise Forbidden("this change did not come from the console's own page (its Origin "
+        raise Forbidden("this request did not come from the console's own page (its Origin "
                         f"is {origin or 'missing'}); nothing was changed")
 
 
