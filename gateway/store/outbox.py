@@ -32,10 +32,9 @@ import sqlalchemy as sa
 
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
-from gateway import logs
-from gateway.http import wire
-from gateway.store.aio import Connection
-from gateway.store.errors import ValueRefused
+from gateway import logs, wire
+from gateway.store.engine.aio import Connection
+from gateway.store.engine.errors import ValueRefused
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
 
