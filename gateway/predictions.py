@@ -35,7 +35,7 @@ from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
-from gateway.webhooks import signing, ssrf
+from gateway.webhooks import ssrf
 
 __all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
            "parse_prefer_wait"]
@@ -385,7 +385,7 @@ def _check_carriable(request: CreatePrediction) -> None:
     except (TypeError, orjson.JSONEncodeError):
         pass
     try:
-        signing.compact_json(request.input)
+        wire.compact_json(request.input)
     except (ValueError, TypeError) as exc:
         raise ContractViolation(f"input cannot be carried in JSON: {exc}") from None
 
