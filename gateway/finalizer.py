@@ -20,10 +20,13 @@ from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.wire import timestamp
 
-__all__ = ["Finalizer"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Finalizer", "why_never_started"]
 
 log = logging.getLogger(__name__)
+ASKS_BEFORE_GIVING_UP = 3
+"""Failed asks of the provider before the gateway ends an overdue job on its own."""
 
 
 class Finalizer:
@@ -144,3 +147,13 @@ class Finalizer:
             seconds = (done.completed_at - done.created_at).total_seconds()
             metrics.prediction_seconds.labels(done.provider).observe(seconds)
             metrics.route_seconds.labels(*arm).observe(seconds)
+
+
+def why_never_started(job: Job) -> str | None:
+    """The error of a job ended ``canceled`` before a provider took it: none for an app's
+    cancel, else its passed deadline (Replicate's ``aborted``, docs/replicate-api.md §4.3)."""
+    if job.cancel_requested_at is not None:
+        return None
+    return (
+        f"the prediction passed its deadline ({timestamp(job.deadline)}) before it started"
+    )
