@@ -1,6 +1,7 @@
 """The dispatcher: hands committed jobs to their provider, within its concurrency limit.
 
-A job is stored first (state ``creating``) and only then submitted (DESIGN "data path").
+A job is stored first (state ``creating``) and only then submitted (docs/architecture.md,
+"The data path").
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 

@@ -1,4 +1,5 @@
-"""The one finalizer: every road to a terminal state ends here (DESIGN "data path").
+"""The one finalizer: every road to a terminal state ends here (docs/architecture.md,
+"The data path").
 
 Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
 :meth:`Finalizer.finalize`. It checks the provider job id, copies output files into owned

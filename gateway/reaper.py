@@ -1,4 +1,5 @@
-"""Cancels and deadlines: every job ends, within its deadline (DESIGN invariants 2, 6).
+"""Cancels and deadlines: every job ends, within its deadline (docs/architecture.md,
+invariants 2 and 6).
 
 Each round:
 

@@ -102,8 +102,8 @@ class JobStore(Claims):
         """Insert a job in state ``creating``; return ``(job, created)``.
 
         With an idempotency key already used for the same request, the stored job comes
-        back with ``created=False`` (DESIGN invariant 1). ``shadow`` (its hidden copy,
-        docs/shadow.md) is inserted in the same statement, only when the job is new.
+        back with ``created=False`` (docs/architecture.md, invariant 1). ``shadow`` (its
+        hidden copy, docs/shadow.md) is inserted in the same statement, only when the job is new.
 
         Raises
         ------
@@ -370,7 +370,7 @@ class JobStore(Claims):
         """Record the terminal state, its assets and its ``completed`` event, atomically.
 
         Returns the finished job, or None when the job was already terminal (or does
-        not exist): a second call is a no-op (DESIGN invariant 3).
+        not exist): a second call is a no-op (docs/architecture.md, invariant 3).
 
         Raises
         ------
