@@ -212,8 +212,7 @@ _DELIVERY = web.AppKey("delivery", delivery.Delivery)
 async def _services(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     gw, clock = settings.gateway, app[keys.CLOCK]
-    owner = lease.process_owner()  # fits lease_owner (docs/lifecycle.md, "Lease owners")
-    app[OWNER] = owner
+    app[OWNER] = owner = lease.process_owner()  # docs/lifecycle.md, "Lease owners"
     app[_DELIVERY], handoff = _delivery(app)  # new completed rows go straight to it
     store = JobStore(
         app[_ENGINE],
@@ -253,6 +252,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
             router=app[keys.ROUTER],
+            refresh_routes=app[keys.ROUTES].sync.refresh_if_stale,
             notifier=app[keys.NOTIFIER],
             webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
