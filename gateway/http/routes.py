@@ -35,7 +35,7 @@ from contracts.times import parse_time
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
 from gateway.http.middleware import json_response
-from gateway.routecontrol import RouteControl
+from gateway.rollout.control import RouteControl
 
 __all__ = ["routes"]
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import console_sessions
 
 __all__ = ["ConsoleSessions", "Session", "id_hash"]

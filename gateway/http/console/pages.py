@@ -8,7 +8,7 @@
 ``POST /routes/{route}/{action}``        canary, shadow, rollback, promote, pause-guard,
                                          resume-guard: a form with ``reason`` and ``csrf``
 
-Every action goes through :class:`gateway.routecontrol.RouteControl`, the service the
+Every action goes through :class:`gateway.rollout.control.RouteControl`, the service the
 admin API and ``cutover routes`` use, with the same checks; a refused one re-renders the
 page with the reason and its 4xx status, and changes nothing.
 """

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway.http import keys
 from gateway.http.console.session import PREFIX, SignedIn
-from gateway.routecontrol import MAX_REASON_CHARS
+from gateway.rollout.control import MAX_REASON_CHARS
 
 __all__ = ["SIGNED_IN", "TEMPLATES", "environment", "page", "report_response",
            "template_response"]

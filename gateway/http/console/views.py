@@ -1,10 +1,10 @@
-"""What the console's pages show, computed from :meth:`gateway.routecontrol.RouteControl.
+"""What the console's pages show, computed from :meth:`gateway.rollout.control.RouteControl.
 describe` (the admin API's and ``cutover routes show``'s figures): no I/O here.
 
 :func:`guard_view` says what the guard would do with the numbers on the page: ``off``
 (no guard), ``paused``, ``idle`` (nothing to judge: no candidate or canary 0),
 ``collecting`` (fewer samples than ``min_samples``), ``ok`` or ``breach`` (with the
-guard's own reason, :func:`gateway.guard.evaluate`), and each threshold beside its figure.
+guard's own reason, :func:`gateway.rollout.guard.evaluate`), and each threshold beside its figure.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gateway import guard
-from gateway.route import GuardSettings
+from gateway.rollout import guard
+from gateway.rollout.spec import GuardSettings
 
 __all__ = ["NONE", "Check", "GuardView", "arm_stats", "change_summary", "guard_view", "ms", "pct"]
 
@@ -44,7 +44,7 @@ _TIMES = "\u00d7"
 
 
 def arm_stats(arm: dict[str, Any] | None) -> guard.ArmStats:
-    """An arm of ``describe()`` back as :class:`gateway.guard.ArmStats` (none: empty)."""
+    """An arm of ``describe()`` back as :class:`gateway.rollout.guard.ArmStats` (none: empty)."""
     if arm is None:
         return guard.ArmStats(count=0, failed=0, error_rate=None, p50_s=None, p95_s=None)
     return guard.ArmStats(**{k: v for k, v in arm.items() if k in _ARM_FIELDS})
