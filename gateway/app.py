@@ -31,9 +31,9 @@ from gateway.files.service import FileService
 from gateway.finalizer import Finalizer
 from gateway.http import (
     access,
+    admin,
     api,
     assets,
-    console,
     files,
     keys,
     openapi,
@@ -42,8 +42,6 @@ from gateway.http import (
     streams,
     uploads,
 )
-from gateway.http.admin import create_admin_app
-from gateway.http.admintokens import AdminTokens
 from gateway.http.middleware import ApiTokens
 from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
@@ -130,9 +128,7 @@ def create_app(
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp("/admin/console", console.create_console_app(  # people, by session
-        AdminTokens(settings.admin.roles()), idle_s=settings.admin.session_idle_s))
-    app.add_subapp("/admin", create_admin_app(settings.admin.roles()))  # Bearer tokens
+    admin.mount(app, settings.admin)  # the admin API (Bearer) and the console (sessions)
     return app
 
 

@@ -36,16 +36,26 @@ from aiohttp import web
 from contracts.auth import bearer_token
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
-from gateway.http import keys
+from gateway.config import AdminSettings
+from gateway.http import console, keys
 from gateway.http import routes as route_admin
 from gateway.http.admintokens import IDENTITY, READ_METHODS, AdminTokens, refuse_viewer
 from gateway.http.middleware import Handler, json_response
 from gateway.notify import LoopName
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
 
-__all__ = ["create_admin_app"]
+__all__ = ["create_admin_app", "mount"]
 
 routes = web.RouteTableDef()
+
+
+def mount(app: web.Application, settings: AdminSettings) -> None:
+    """Add the console (``/admin/console``, people signed in by session, docs/console.md)
+    and the admin API (``/admin``, Bearer tokens) to the gateway ``app``."""
+    tokens = settings.roles()
+    app.add_subapp("/admin/console", console.create_console_app(
+        AdminTokens(tokens), idle_s=settings.session_idle_s))
+    app.add_subapp("/admin", create_admin_app(tokens))
 
 
 def create_admin_app(
