@@ -10,7 +10,7 @@ guard's own reason, :func:`gateway.rollout.guard.evaluate`), and each threshold 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gateway.rollout import guard
@@ -73,8 +73,9 @@ def guard_view(shown: dict[str, Any]) -> GuardView:
     if spec.get("guard_paused"):
         return GuardView("paused", "Paused", "The guard counts but will not roll back until "
                          "it is resumed.", checks)
-    if not spec["candidate"] or spec["canary_percent"] <= 0:
-        return GuardView("idle", "Idle", "Nothing to judge: no canary traffic.", checks)
+    if not spec["candidate"] or spec["canary_percent"] <= 0:  # judged nothing: no verdicts
+        return GuardView("idle", "Idle", "Nothing to judge: no canary traffic.",
+                         [replace(c, ok=None) for c in checks])
     breach = guard.evaluate(settings, control, candidate)
     if breach is not None:
         return GuardView("breach", "Breach", f"Rolling back: {breach.reason}.", checks)
