@@ -14,7 +14,6 @@ webhook, which never runs the model again and reads a forgotten prediction as *l
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -25,7 +24,7 @@ from pydantic import ValidationError
 
 from adapters import cog_wire, tls
 from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
-from contracts.auth import bearer_token
+from contracts.auth import bearer_token, same_secret
 from contracts.errors import (
     ContractViolation,
     CutoverError,
@@ -255,8 +254,7 @@ class CogAdapter:
         value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
         if value is None:
             raise WebhookVerificationError(f"{self.name}: webhook without Authorization{_HINT}")
-        presented = bearer_token(value).encode(errors="surrogateescape")
-        if not hmac.compare_digest(presented, self._token.encode()):
+        if not same_secret(bearer_token(value), self._token):
             raise WebhookVerificationError(
                 f"{self.name}: webhook bearer token does not match{_HINT}"
             )

@@ -102,7 +102,9 @@ def create_app(
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
-    front = access.front_middleware(ApiTokens(assembly.api_tokens(settings)), limiter, metrics)
+    front = access.front_middleware(
+        ApiTokens(assembly.api_tokens(settings)), limiter, metrics, gw.body_read_timeout_s
+    )
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings

@@ -88,6 +88,7 @@ class GatewaySettings(_Section):
     named_api_tokens: dict[str, SecretStr] = Field(default_factory=dict)
     account_username: str = "cutover"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    body_read_timeout_s: float = Field(default=30.0, gt=0)  # silence: http/deadline.py
     max_output_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     allowed_output_types: list[str] = Field(default_factory=list)
     output_download_timeout_s: float = Field(default=60.0, gt=0)
