@@ -81,6 +81,9 @@ class CogAdapter:
         (:attr:`capabilities`).
     transport : httpx.AsyncBaseTransport or None
         For tests (``httpx.MockTransport``); None uses the network.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides ``SSL_CERT_FILE`` /
+        ``SSL_CERT_DIR`` (the Cog environment rule), else certifi's.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class CogAdapter:
         fetch_max_interval_s: float = 120.0,
         lost_grace_s: float = TERMINAL_RETRY_WINDOW_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -105,7 +109,7 @@ class CogAdapter:
         self._timeout_s = request_timeout_s
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport,
-            verify=tls.client_context(),
+            verify=tls.client_context(ca_file=ca_file),
         )
 
     async def aclose(self) -> None:

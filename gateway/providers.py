@@ -28,11 +28,13 @@ DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Provider:
-    """A named upstream: its adapter and how many jobs it may run at once."""
+    """A named upstream: its adapter, how many jobs it may run at once, and how long, in
+    seconds, a job's submit may find no connection to it before the job fails."""
 
     name: str
     adapter: Adapter
     max_concurrency: int
+    submit_timeout_s: float = 300.0
 
     def first_check_at(self, now: datetime) -> datetime | None:
         """When a job this provider just accepted is first polled: ``now`` plus the
@@ -88,6 +90,7 @@ def build_adapter(
     api: str | None = None,
     stream: bool | None = None,
     jwks_url: str | None = None,
+    ca_file: str | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
@@ -102,7 +105,7 @@ def build_adapter(
     """
     options = _given(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
-        fetch_max_interval_s=fetch_max_interval_s,
+        fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file,
     )
     if kind == "cog":
         from adapters.cog import CogAdapter
@@ -120,6 +123,7 @@ def build_adapter(
         from adapters.fake import FakeAdapter
 
         options.pop("request_timeout_s", None)
+        options.pop("ca_file", None)
         return FakeAdapter(name=name, **options)
     hosted = _given(base_url=base_url or None, rate_limit_per_s=rate_limit_per_s)
     if kind == "fal":
