@@ -66,7 +66,7 @@ def test_the_image_listens_where_it_exposes_and_its_healthcheck_probes_there(
     env = _runtime_env()
     listen = env["CUTOVER_GATEWAY__LISTEN"]
     host, _, port = listen.rpartition(":")
-    assert host == "0.0.0.0"  # reachable through the published port  # noqa: S104
+    assert host == "0.0.0.0"  # reachable through the published port
     assert exposed == {port}
     # What serve and `cutover health` load in the image: the example file (which says
     # 127.0.0.1) with the image's environment, which wins.
