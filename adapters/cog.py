@@ -301,9 +301,8 @@ class CogAdapter:
         try:
             yield
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
-            raise UpstreamUnreachable(
-                f"{self.name}: {action} {job_id}: cannot connect ({type(exc).__name__})"
-            ) from exc
+            why = tls.verify_failure(exc) or f"cannot connect ({type(exc).__name__})"
+            raise UpstreamUnreachable(f"{self.name}: {action} {job_id}: {why}") from exc
         except httpx.TimeoutException as exc:
             raise UpstreamRetryable(
                 f"{self.name}: {action} {job_id} timed out after {self._timeout_s} s"

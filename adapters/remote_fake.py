@@ -153,9 +153,8 @@ class RemoteFakeAdapter(FakeAdapter):
         try:
             yield
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
-            raise UpstreamUnreachable(
-                f"{self.name}: {what}: cannot connect ({type(exc).__name__})"
-            ) from exc
+            why = tls.verify_failure(exc) or f"cannot connect ({type(exc).__name__})"
+            raise UpstreamUnreachable(f"{self.name}: {what}: {why}") from exc
         except httpx.HTTPError as exc:
             raise UpstreamRetryable(f"{self.name}: {what} failed ({type(exc).__name__})") from exc
 

@@ -131,3 +131,36 @@ def test_verify_failure_reads_httpx_s_connect_error():
     text_only = httpx.ConnectError(str(cause))
     assert tls.verify_failure(text_only) == "certificate verify failed: self-signed certificate"
     assert tls.verify_failure(httpx.ConnectError("connection refused")) is None
+
+
+async def test_cog_trusts_its_ca_file_and_names_a_verify_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    """Cog keeps its environment rule (SSL_CERT_FILE/DIR) and takes ca_file as well."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    made = make_tls(tmp_path / "tls")
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(made.cert_file, made.key_file)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "READY"})
+
+    app = web.Application()
+    app.router.add_get("/health-check", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server).start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        trusting = build_adapter("cog", "cog", base_url=url, ca_file=str(made.ca_file))
+        with trusting._errors("probe", "-"):  # type: ignore[attr-defined]
+            assert (await trusting._client.get("/health-check")).status_code == 200  # type: ignore[attr-defined]
+        await trusting.aclose()
+        plain = build_adapter("cog", "cog", base_url=url)
+        with pytest.raises(UpstreamUnreachable, match="cog: probe -: certificate verify failed: "):
+            with plain._errors("probe", "-"):  # type: ignore[attr-defined]
+                await plain._client.get("/health-check")  # type: ignore[attr-defined]
+        await plain.aclose()
+    finally:
+        await runner.cleanup()
