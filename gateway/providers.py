@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from adapters import tls
 from adapters.port import Adapter
 from contracts.errors import ConfigurationError
 from contracts.job import Job
@@ -119,8 +120,10 @@ def build_adapter(
     Raises
     ------
     ConfigurationError
-        For a kind this build does not know.
+        For a kind this build does not know, or a ``ca_file`` that cannot be used.
     """
+    if ca_file is not None and (why := tls.ca_file_problem(ca_file)) is not None:
+        raise ConfigurationError(f"provider {name!r}: ca_file = {ca_file}: {why}")
     options = _given(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
         fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file,

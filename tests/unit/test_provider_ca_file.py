@@ -70,7 +70,7 @@ def test_check_passes_a_good_ca_file(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_an_adapter_with_a_ca_file_that_cannot_be_used_is_a_configuration_error(
     tmp_path: Path,
 ):
-    with pytest.raises(ConfigurationError, match="the file does not exist"):
+    with pytest.raises(ConfigurationError, match=r"provider .up.: ca_file = .*: the file does not"):
         build_adapter("up", "replicate", ca_file=str(tmp_path / "missing.pem"))
 
 
