@@ -87,9 +87,9 @@ def _admin_auth(accepted: AdminTokens) -> Callable[..., Awaitable[web.StreamResp
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
         token = bearer_token(request.headers.get("Authorization"))
-        if not token:
+        if not token:  # (undecodable bytes compare too: a 401)
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
-        identity = accepted.identify(token)  # undecodable bytes match none: 401
+        identity = accepted.identify(token)
         if identity is None:
             raise Unauthenticated("that is not a valid admin token")
         if request.method not in READ_METHODS:

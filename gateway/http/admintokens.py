@@ -9,12 +9,12 @@ again by its digest, which is all a console session keeps of it.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from contracts.auth import same_secret
 from contracts.errors import Forbidden
 
 __all__ = ["IDENTITY", "READ_METHODS", "AdminTokens", "Identity", "refuse_viewer"]
@@ -67,20 +67,20 @@ class AdminTokens:
         return bool(self._tokens)
 
     def identify(self, presented: str) -> Identity | None:
-        """The identity of ``presented`` (compared in constant time), or None."""
-        raw = presented.encode(errors="surrogateescape")
+        """The identity of ``presented`` (:func:`contracts.auth.same_secret`, in constant
+        time, for any input), or None."""
         found = None
         for secret, identity in self._tokens:
-            if hmac.compare_digest(raw, secret):
+            if same_secret(presented, secret):
                 found = identity
-        return found if raw else None
+        return found if presented else None
 
     def by_digest(self, digest: str) -> Identity | None:
         """The identity whose token has ``digest`` (a session's), or None: a token
         removed from the config, or given a new secret, ends its sessions."""
         found = None
         for _, identity in self._tokens:
-            if hmac.compare_digest(digest.encode(), identity.digest.encode()):
+            if same_secret(digest, identity.digest):
                 found = identity
         return found
 

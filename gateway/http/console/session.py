@@ -12,13 +12,13 @@ session's CSRF token; the admin API never reads the cookie.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from contracts.auth import same_secret
 from contracts.errors import Forbidden, Unauthenticated
 from gateway.http.admintokens import AdminTokens, Identity
 from gateway.store.sessions import ConsoleSessions, Session
@@ -81,8 +81,7 @@ def check_change(request: web.Request, who: SignedIn, form_csrf: str | None,
     """A change needs the console's Origin and the session's CSRF token (403 otherwise,
     nothing changed)."""
     check_origin(request, public_url)
-    if not form_csrf or not hmac.compare_digest(form_csrf.encode(errors="surrogateescape"),
-                                                who.session.csrf_token.encode()):
+    if not form_csrf or not same_secret(form_csrf, who.session.csrf_token):
         raise Forbidden("this form is out of date or not the console's (its CSRF token does "
                         "not match the session's): reload the page; nothing was changed")
 
