@@ -247,6 +247,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS],
+            contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,

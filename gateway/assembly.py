@@ -10,6 +10,7 @@ from typing import Any
 from contracts.errors import ConfigurationError, CutoverError
 from gateway import routewiring
 from gateway.config import Settings, WebhookSettings
+from gateway.conformance import OutputContract
 from gateway.outputs import OutputCopier
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
@@ -17,6 +18,7 @@ from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
 from gateway.uploads import Uploads
+from gateway.validation import Schemas
 from gateway.webhooks import signing
 
 __all__ = [
@@ -109,6 +111,11 @@ def schema_fetcher(
         return document
 
     return fetch
+
+
+def output_contract(settings: Settings, schemas: Schemas) -> OutputContract:
+    """Each route's ``Output`` schema, checked by the finalizer (gateway/conformance.py)."""
+    return OutputContract(settings.routes, schemas.document, schemas.cached)
 
 
 def retention_loop(app: Any, store: RetentionStore) -> Retention:

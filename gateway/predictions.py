@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ from gateway.webhooks import signing, ssrf
 
 __all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
            "parse_prefer_wait"]
+
+log = logging.getLogger(__name__)
 
 PAGE_SIZE = 100
 MIN_CANCEL_AFTER_S = 5.0
@@ -202,8 +205,12 @@ class PredictionService:
         job_id = ids.new_prediction_id()
         await self._router.refresh()  # live route changes (gateway.routesync)
         routed = self._router.resolve(request, job_id)
+        checked = validation.CheckedInput(request.input)
         if self._schemas is not None:  # a bad input is refused before any row or call
-            await self._schemas.check(routed.route, request.input)
+            checked = await self._schemas.check(routed.route, request.input)
+            if checked.dropped:
+                log.info("input_fields_dropped", extra={
+                    "job_id": job_id, "route": routed.key, "fields": list(checked.dropped)})
         routed = self._router.resolve(request, job_id, Caller(options.token, options.headers))
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
@@ -220,7 +227,8 @@ class PredictionService:
             route=routed.key,
             provider=routed.provider,
             target=routed.target,
-            input=request.input,
+            input=checked.input,
+            logs=checked.note,
             callback_token=ids.callback_token(),
             webhook=webhook,
             webhook_events_filter=events,

@@ -4,9 +4,11 @@ A route's schema is a Cog-style OpenAPI document (``components.schemas.Input``, 
 choices as ``allOf``/``$ref`` to enum schemas), given inline, as a path to a JSON file,
 or read once from the provider (a built Cog image serves ``/openapi.json``). ``input`` is
 checked with ``jsonschema`` (the draft the schema declares, else 2020-12): a wrong type, a
-value out of range or outside its choices, a missing required field, or a field the model
-does not declare is refused with a 422 whose detail names each field
-(docs/replicate-api.md §5.1; docs/validation.md). Formats are not asserted: a file input
+value out of range or outside its choices, or a missing required field is refused with a
+422 whose detail names each field (docs/replicate-api.md §5.1; docs/validation.md). A field
+the model does not declare is dropped, as Cog drops it (litellm sends ``stream``,
+llama-index ``max_length``), and named in the prediction's logs; a route with
+``strict_inputs = true`` refuses it instead. Formats are not asserted: a file input
 (``format: uri``) may be an URL or a ``data:`` URI alike.
 """
 
@@ -16,6 +18,7 @@ import asyncio
 import copy
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,8 +28,8 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
 
 __all__ = [
-    "PROVIDER_SCHEMA", "InputInvalid", "InputValidator", "Schemas", "load_schema",
-    "schema_problem",
+    "DROPPED_NOTE", "PROVIDER_SCHEMA", "CheckedInput", "InputInvalid", "InputValidator",
+    "Schemas", "load_schema", "noted_logs", "schema_problem",
 ]
 
 #: ``openapi_schema = "provider"``: read the schema once from the route's provider.
@@ -36,10 +39,37 @@ Fetch = Callable[[str], Awaitable[dict[str, Any]]]
 _MAX_REPORTED = 10
 
 
+#: The first line of a prediction's logs when undeclared input fields were dropped.
+DROPPED_NOTE = "Stripped unknown input fields: "
+
+
 class InputInvalid(ContractViolation):
     """``input`` does not match the model's schema (422); the detail names the fields."""
 
     title = "Invalid input"
+
+
+@dataclass(frozen=True)
+class CheckedInput:
+    """A valid input as the provider gets it: ``input`` without the undeclared fields,
+    ``dropped`` their names (sorted; empty when nothing was dropped)."""
+
+    input: dict[str, Any]
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str | None:
+        """The line the prediction's logs start with, naming ``dropped``; None if empty."""
+        return f"{DROPPED_NOTE}{', '.join(self.dropped)}\n" if self.dropped else None
+
+
+def noted_logs(job_logs: str | None, provider_logs: str | None) -> str | None:
+    """``provider_logs`` behind the job's :data:`DROPPED_NOTE` line, when its logs start
+    with one (providers send their whole log each time; the note stays first)."""
+    if provider_logs is None or not job_logs or not job_logs.startswith(DROPPED_NOTE):
+        return provider_logs
+    note = job_logs.split("\n", 1)[0] + "\n"
+    return provider_logs if provider_logs.startswith(note) else note + provider_logs
 
 
 def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:
@@ -92,8 +122,11 @@ class InputValidator:
             raise ConfigurationError("the model schema has no components.schemas.Input object")
         schemas = copy.deepcopy(schemas)
         declared = schemas["Input"]
-        if "properties" in declared and "additionalProperties" not in declared:
-            declared["additionalProperties"] = False  # unknown fields are refused
+        # Undeclared fields are the validator's to drop (or refuse, strict): a schema
+        # that allows them itself (``additionalProperties``) keeps them.
+        self._closed = "properties" in declared and "additionalProperties" not in declared
+        if self._closed:
+            declared["additionalProperties"] = False
         self._properties = set(declared.get("properties", {}))
         root = {"$ref": "#/components/schemas/Input", "components": {"schemas": schemas}}
         # jsonschema loads only when a route has a schema (it is slow to import: start-up)
@@ -107,14 +140,19 @@ class InputValidator:
             raise ConfigurationError(f"the model's Input schema is invalid: {exc.message}") from exc
         self._validator = cls(root)
 
-    def check(self, value: dict[str, Any]) -> None:
-        """Return if ``value`` is a valid input, else raise.
+    def check(self, value: dict[str, Any], *, strict: bool = False) -> CheckedInput:
+        """``value`` without the fields the model does not declare, if the rest is valid.
+
+        ``strict``: an undeclared field is a problem too (``strict_inputs = true``).
 
         Raises
         ------
         InputInvalid
             Listing up to ten problems as ``input.<field>: <what is wrong>``.
         """
+        unknown = sorted(set(value) - self._properties) if self._closed else []
+        if unknown and not strict:
+            value = {k: v for k, v in value.items() if k in self._properties}
         problems = sorted(
             {self._describe(error, value) for error in self._validator.iter_errors(value)}
         )
@@ -122,6 +160,7 @@ class InputValidator:
             shown = "; ".join(problems[:_MAX_REPORTED])
             more = len(problems) - _MAX_REPORTED
             raise InputInvalid(shown + (f"; and {more} more" if more > 0 else ""))
+        return CheckedInput(value, () if strict else tuple(unknown))
 
     def _describe(self, error: ValidationError, value: dict[str, Any]) -> str:
         path = ".".join(str(part) for part in error.absolute_path)
@@ -148,6 +187,9 @@ class _Route(Protocol):
 
     @property
     def openapi_schema(self) -> dict[str, Any] | str | None: ...
+
+    @property
+    def strict_inputs(self) -> bool: ...
 
 
 class Schemas:
@@ -182,6 +224,11 @@ class Schemas:
                     self._documents[key] = await self._load(route)
         return self._documents[key]
 
+    def cached(self, route: _Route) -> dict[str, Any] | None:
+        """The route's document if this process has loaded it already, else None (no
+        I/O: for the hot path of interim outputs)."""
+        return self._documents.get(self._key(route))
+
     def _key(self, route: _Route) -> tuple[str, Any]:
         source = route.openapi_schema
         if isinstance(source, dict):
@@ -198,8 +245,9 @@ class Schemas:
             return await self._fetch(route.provider)
         return await asyncio.to_thread(load_schema, source)
 
-    async def check(self, route: _Route, value: dict[str, Any]) -> None:
-        """Validate ``value`` as the route's input; routes without a schema accept any.
+    async def check(self, route: _Route, value: dict[str, Any]) -> CheckedInput:
+        """``value`` as the provider gets it (undeclared fields dropped, unless the route
+        has ``strict_inputs``), if valid; routes without a schema accept any input.
 
         Raises
         ------
@@ -213,5 +261,6 @@ class Schemas:
             document = await self.document(route)
             self._validators[key] = InputValidator(document) if document else None
         validator = self._validators[key]
-        if validator is not None:
-            validator.check(value)
+        if validator is None:
+            return CheckedInput(value)
+        return validator.check(value, strict=route.strict_inputs)
