@@ -91,19 +91,20 @@ def uploads(
 
 def schema_fetcher(
     providers: Callable[[], dict[str, Provider]],
-) -> Callable[[str], Awaitable[dict[str, Any]]]:
-    """``openapi_schema = "provider"``: ask the provider's adapter for its document.
+) -> Callable[[str, str], Awaitable[dict[str, Any]]]:
+    """A route's schema from its provider (``openapi_schema = "provider"``, or none given):
+    ask the provider's adapter for the document of ``target``.
 
     ``providers`` gives the running adapters (they exist only once the app has started).
     """
 
-    async def fetch(provider_name: str) -> dict[str, Any]:
+    async def fetch(provider_name: str, target: str) -> dict[str, Any]:
         adapter = providers()[provider_name].adapter
         reader = getattr(adapter, "model_schema", None)
         if reader is None:
             raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
         try:
-            document: dict[str, Any] = await reader()
+            document: dict[str, Any] = await reader(target)
         except CutoverError as exc:
             raise ConfigurationError(
                 f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"

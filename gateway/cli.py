@@ -39,7 +39,7 @@ from gateway.config import Settings, load_settings
 from gateway.envnames import ignored_environment
 from gateway.store import db
 from gateway.store.deadletters import DeadLetterRows
-from gateway.validation import schema_problem
+from gateway.validation import schema_problem, schema_unknown
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
@@ -189,6 +189,12 @@ def _check(settings: Settings, path: Path | None) -> int:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
         print(f"cutover: warning: {ignored}", file=sys.stderr)
+    for route in settings.routes:
+        provider_conf = settings.providers.get(route.provider)
+        kind = provider_conf.kind if provider_conf else None
+        if (unknown := schema_unknown(route.openapi_schema, kind)) is not None:
+            name = f"{route.model}:{route.version}" if route.version else route.model
+            print(f"cutover: warning: route {name}: {unknown}", file=sys.stderr)
     print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
           " + CUTOVER_* environment")
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +30,20 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
 
 __all__ = [
-    "DROPPED_NOTE", "PROVIDER_SCHEMA", "CheckedInput", "InputInvalid", "InputValidator",
-    "Schemas", "load_schema", "noted_logs", "schema_problem",
+    "DROPPED_NOTE", "PROVIDER_SCHEMA", "TELLING_KINDS", "CheckedInput", "InputInvalid",
+    "InputValidator", "Schemas", "load_schema", "model_target", "noted_logs", "schema_problem",
+    "schema_unknown",
 ]
 
 #: ``openapi_schema = "provider"``: read the schema once from the route's provider.
 PROVIDER_SCHEMA = "provider"
-Fetch = Callable[[str], Awaitable[dict[str, Any]]]
+#: A route without ``openapi_schema``: how long its provider may take to give its schema,
+#: and when a provider that could not tell is asked again (seconds).
+ASK_TIMEOUT_S = 5.0
+ASK_AGAIN_S = 30.0
+Fetch = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+log = logging.getLogger(__name__)
 
 _MAX_REPORTED = 10
 
@@ -103,6 +112,27 @@ def schema_problem(source: dict[str, Any] | str | None) -> str | None:
     except ConfigurationError as exc:
         return exc.detail
     return None
+
+
+#: Provider kinds whose adapter can give a route's schema (``model_schema``).
+TELLING_KINDS = frozenset({"cog", "replicate", "openai"})
+
+UNKNOWN_SCHEMA_COST = (
+    "inputs are not validated (a wrong type reaches the provider), undeclared fields are "
+    "not dropped, outputs are not checked against the model's Output, and its version "
+    "object says the schema is unknown (integrations that read it, such as langchain's "
+    "Replicate LLM, fail); set openapi_schema on the route (docs/validation.md)"
+)
+
+
+def schema_unknown(source: dict[str, Any] | str | None, provider_kind: str | None) -> str | None:
+    """Why a route's model schema is unknown, without calling anyone, or None when it is
+    given or its provider can tell (``cutover check`` warns with it)."""
+    if source is not None or provider_kind in TELLING_KINDS:
+        return None
+    return f"no model schema: provider kind {provider_kind!r} cannot tell it, so " + (
+        UNKNOWN_SCHEMA_COST
+    )
 
 
 class InputValidator:
@@ -191,21 +221,44 @@ class _Route(Protocol):
     @property
     def strict_inputs(self) -> bool: ...
 
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def version(self) -> str | None: ...
+
+    @property
+    def target(self) -> str | None: ...
+
+
+def model_target(route: _Route) -> str:
+    """The provider's name for the route's model: its ``target``, else ``model[:version]``."""
+    if route.target:
+        return route.target
+    return f"{route.model}:{route.version}" if route.version else route.model
+
 
 class Schemas:
     """Each route's schema document and validator, loaded once and kept.
 
+    A route without ``openapi_schema`` asks its provider, wherever the provider can tell
+    (a Cog server's ``/openapi.json``, the upstream version of a ``replicate`` provider,
+    the ``openai`` adapter's own language-model schema), within
+    :data:`ASK_TIMEOUT_S`; a provider that cannot tell (or cannot be reached) leaves the
+    schema unknown, asked again after :data:`ASK_AGAIN_S` (docs/validation.md).
+
     Parameters
     ----------
     fetch : callable
-        ``await fetch(provider_name)``: the provider's own OpenAPI document, for routes
-        whose ``openapi_schema`` is ``"provider"``.
+        ``await fetch(provider_name, target)``: the provider's own OpenAPI document for the
+        route's model (``target``: the route's target, else ``model[:version]``).
     """
 
     def __init__(self, fetch: Fetch) -> None:
         self._fetch = fetch
-        self._documents: dict[tuple[str, Any], dict[str, Any] | None] = {}
-        self._validators: dict[tuple[str, Any], InputValidator | None] = {}
+        self._documents: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+        self._unknown_until: dict[tuple[Any, ...], float] = {}
+        self._validators: dict[tuple[Any, ...], tuple[Any, InputValidator | None]] = {}
         self._inline: list[Any] = []  # keeps inline documents alive, so ids stay theirs
         self._lock = asyncio.Lock()
 
@@ -218,31 +271,45 @@ class Schemas:
             The file is unreadable or the provider could not give its schema.
         """
         key = self._key(route)
-        if key not in self._documents:
+        if key not in self._documents or self._ask_again(key):
             async with self._lock:
-                if key not in self._documents:
+                if key not in self._documents or self._ask_again(key):
                     self._documents[key] = await self._load(route)
+                    if self._documents[key] is None and route.openapi_schema is None:
+                        self._unknown_until[key] = time.monotonic() + ASK_AGAIN_S
         return self._documents[key]
+
+    def _ask_again(self, key: tuple[Any, ...]) -> bool:
+        until = self._unknown_until.get(key)
+        return until is not None and time.monotonic() >= until
 
     def cached(self, route: _Route) -> dict[str, Any] | None:
         """The route's document if this process has loaded it already, else None (no
         I/O: for the hot path of interim outputs)."""
         return self._documents.get(self._key(route))
 
-    def _key(self, route: _Route) -> tuple[str, Any]:
+    def _key(self, route: _Route) -> tuple[Any, ...]:
         source = route.openapi_schema
         if isinstance(source, dict):
             if not any(kept is source for kept in self._inline[-64:]):
                 self._inline.append(source)
             return ("inline", id(source))
-        return (route.provider, source)
+        return (route.provider, source, model_target(route))
 
     async def _load(self, route: _Route) -> dict[str, Any] | None:
         source = route.openapi_schema
         if source is None:
-            return None
+            try:
+                return await asyncio.wait_for(
+                    self._fetch(route.provider, model_target(route)), ASK_TIMEOUT_S
+                )
+            except (ConfigurationError, TimeoutError) as exc:
+                why = exc.detail if isinstance(exc, ConfigurationError) else "no answer in time"
+                log.info("model_schema_unknown", extra={"provider": route.provider,
+                                                        "model": route.model, "error": why})
+                return None
         if source == PROVIDER_SCHEMA:
-            return await self._fetch(route.provider)
+            return await self._fetch(route.provider, model_target(route))
         return await asyncio.to_thread(load_schema, source)
 
     async def check(self, route: _Route, value: dict[str, Any]) -> CheckedInput:
@@ -257,10 +324,12 @@ class Schemas:
             The route's schema cannot be loaded or is not a valid model schema.
         """
         key = self._key(route)
-        if key not in self._validators:
-            document = await self.document(route)
-            self._validators[key] = InputValidator(document) if document else None
-        validator = self._validators[key]
+        document = await self.document(route)
+        made = self._validators.get(key)
+        if made is None or made[0] is not document:
+            made = (document, InputValidator(document) if document else None)
+            self._validators[key] = made
+        validator = made[1]
         if validator is None:
             return CheckedInput(value)
         return validator.check(value, strict=route.strict_inputs)

@@ -14,6 +14,7 @@ import pytest
 from tests.contract.drivers import pump
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
+from tests.support.upstreams.replicate import REPLICATE_TOKEN, FakeReplicate
 from tests.support.upstreams.runpod import RUNPOD_TOKEN, FakeRunPod
 from tests.support.waiting import wait_until
 
@@ -154,3 +155,41 @@ async def test_streamed_text_is_one_string_where_the_schema_says_string(
     got = await finished(h, created["id"])
     assert got["status"] == "succeeded"
     assert got["output"] == "HELLO BIG WORLD"
+
+
+@pytest.fixture
+async def replicate_up(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeReplicate]:
+    monkeypatch.setenv("CUTOVER_TEST_REPLICATE_TOKEN", REPLICATE_TOKEN)
+    server = FakeReplicate(token=REPLICATE_TOKEN)
+    async with server:
+        yield server
+
+
+@pytest.mark.parametrize("target", [f"acme/upstream:{'e' * 64}", "acme/upstream"])
+async def test_a_replicate_route_serves_the_upstream_versions_schema(
+    make_gateway: Any, replicate_up: FakeReplicate, target: str
+) -> None:
+    upstream = schema({"type": "array", "items": {"type": "string", "format": "uri"}})
+    replicate_up.versions["acme/upstream"] = ("e" * 64, upstream)
+    h: GatewayHarness = await make_gateway(
+        providers={"up": {"kind": "replicate", "base_url": replicate_up.url,
+                          "token_env": "CUTOVER_TEST_REPLICATE_TOKEN", **POLL}},
+        routes=[{"model": "acme/echo", "provider": "up", "target": target}],
+    )
+    model = await (await h.client.get("/v1/models/acme/echo", headers=h.headers)).json()
+    assert model["latest_version"]["openapi_schema"] == upstream
+    answer = await h.client.post("/v1/models/acme/echo/predictions", headers=h.headers,
+                                 json={"input": {"prompt": 1}})
+    assert answer.status == 422 and "input.prompt" in (await answer.json())["detail"]
+
+
+async def test_a_route_whose_schema_is_unknown_says_so_never_empty_properties(
+    make_gateway: Any,
+) -> None:
+    h: GatewayHarness = await make_gateway()  # the fake provider cannot tell a schema
+    model = await (await h.client.get("/v1/models/acme/plain", headers=h.headers)).json()
+    latest = model["latest_version"]
+    assert latest is not None and len(latest["id"]) == 64
+    inputs = latest["openapi_schema"]["components"]["schemas"]["Input"]
+    assert "properties" not in inputs
+    assert "does not know this model's schema" in inputs["description"]
