@@ -1,10 +1,11 @@
-"""The unmodified ``replicate`` client gets the model's contract through cutover, not the
-provider's: schemas read from the provider, undeclared inputs dropped as Cog drops them,
+"""The unmodified ``replicate`` clients (Python, and JS through tests/support/node.py) get
+the model's contract through cutover, not the provider's: schemas read from the provider, undeclared inputs dropped as Cog drops them,
 and outputs in the route's declared shape (docs/translation.md, "Schemas, inputs and
 output conformance").
 
 One gateway subprocess (HTTPS, SQLite) in front of the real Cog server (with a built
-schema, no ``openapi_schema`` on its route) and the fake OpenAI, RunPod and fal servers.
+schema, no ``openapi_schema`` on its route) and the fake OpenAI (chat and images), RunPod
+and fal servers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ssl
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from tests.acceptance.test_client_per_provider import BackgroundLoop, _start
 from tests.support.cog_server import CogServer
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR, ECHO_OPENAPI_SCHEMA
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN
+from tests.support.node import run_js
 from tests.support.tls import ServerTLS
 from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
@@ -35,6 +38,7 @@ POLL = {"fetch_interval_s": 0.2, "fetch_max_interval_s": 1.0}
 LLM_VERSION = "1" * 64
 IMAGE_VERSION = "2" * 64
 TEXT_VERSION = "3" * 64
+PICTURES_VERSION = "4" * 64
 
 
 def declared(output: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +81,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tls: ServerTLS) -> Iterator[
             "cog": {"kind": "cog", "base_url": cog.url, "webhook_auth_token": COG_WEBHOOK_TOKEN},
             "llm": {"kind": "openai", "base_url": f"{servers['openai'].url}/v1",
                     "token_env": "IT_OPENAI_KEY", **POLL},
+            "pictures": {"kind": "openai", "api": "images",
+                         "base_url": f"{servers['openai'].url}/v1", "token_env": "IT_OPENAI_KEY",
+                         **POLL},
             "runpod": {"kind": "runpod", "base_url": f"{servers['runpod'].url}/v2",
                        "token_env": "IT_RUNPOD_KEY", **POLL},
             "fal": {"kind": "fal", "base_url": servers["fal"].url, "token_env": "IT_FAL_KEY",
@@ -86,6 +93,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, tls: ServerTLS) -> Iterator[
             {"model": "acme/echo", "version": ECHO_VERSION, "provider": "cog"},
             {"model": "acme/llm", "version": LLM_VERSION, "provider": "llm", "target": "echo-1"},
             {"model": "acme/chat", "provider": "llm", "target": "echo-1"},
+            {"model": "acme/pictures", "version": PICTURES_VERSION, "provider": "pictures",
+             "target": "img-1"},
             {"model": "acme/image", "version": IMAGE_VERSION, "provider": "runpod",
              "target": "ep-echo", "openapi_schema": declared({"type": "string",
                                                               "format": "uri"})},
@@ -151,5 +160,39 @@ def test_one_declared_uri_is_one_file_output(client: replicate.Client) -> None:
     assert out.read() == b"PIC"
 
 
+def test_a_list_of_uris_is_a_list_of_file_outputs(client: replicate.Client) -> None:
+    out = client.run(f"acme/pictures:{PICTURES_VERSION}", input={"prompt": "two",
+                                                                 "num_outputs": 2})
+    assert isinstance(out, list) and len(out) == 2
+    assert all(isinstance(item, FileOutput) and item.read() == b"TWO" for item in out)
+
+
 def test_a_declared_string_is_a_string(client: replicate.Client) -> None:
     assert client.run(f"acme/text:{TEXT_VERSION}", input={"prompt": "hello"}) == "HELLO"
+
+
+@pytest.mark.parametrize(
+    ("model", "given", "seen"),
+    [
+        (f"acme/image:{IMAGE_VERSION}", {"prompt": "pic", "output_kind": "file"},
+         {"text": "PIC"}),
+        (f"acme/text:{TEXT_VERSION}", {"prompt": "hello", "stream": True}, "HELLO"),
+        (f"acme/llm:{LLM_VERSION}", {"prompt": "hello big world", "max_length": 9},
+         ["HELLO ", "BIG ", "WORLD"]),
+        (f"acme/pictures:{PICTURES_VERSION}", {"prompt": "two", "num_outputs": 2},
+         [{"text": "TWO"}, {"text": "TWO"}]),
+    ],
+)
+def test_the_js_client_gets_the_declared_shape(
+    stack: Stack, tls: ServerTLS, tmp_path: Path, model: str, given: dict[str, Any], seen: Any,
+) -> None:
+    env = {"CUTOVER_BASE_URL": stack.url, "CUTOVER_TOKEN": LIVE_TOKEN, "CUTOVER_MODEL": model,
+           "NODE_EXTRA_CA_CERTS": str(tls.ca_file)}
+    output = run_js(tmp_path, env, "run", json.dumps(given))["output"]
+    if isinstance(seen, dict):  # one FileOutput, from owned storage
+        assert output["text"] == seen["text"] and "/assets/" in output["file"]
+    elif isinstance(seen, list) and isinstance(seen[0], dict):  # a list of FileOutputs
+        assert [item["text"] for item in output] == [item["text"] for item in seen]
+        assert all("/assets/" in item["file"] for item in output)
+    else:
+        assert output == seen
