@@ -1,7 +1,7 @@
 """The unmodified ``replicate`` clients (Python, and JS through tests/support/node.py) get
-the model's contract through cutover, not the provider's: schemas read from the provider, undeclared inputs dropped as Cog drops them,
-and outputs in the route's declared shape (docs/translation.md, "Schemas, inputs and
-output conformance").
+the model's contract through cutover, not the provider's: schemas read from the provider,
+undeclared inputs dropped as Cog drops them, and outputs in the route's declared shape
+(docs/translation.md, "Schemas, inputs and output conformance").
 
 One gateway subprocess (HTTPS, SQLite) in front of the real Cog server (with a built
 schema, no ``openapi_schema`` on its route) and the fake OpenAI (chat and images), RunPod
