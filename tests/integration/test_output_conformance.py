@@ -122,7 +122,7 @@ async def test_a_null_output_succeeds_where_the_schema_allows_it(
     assert got["status"] == "succeeded" and got["output"] is None
 
 
-async def test_one_declared_uri_is_one_uri_and_a_dict_keeps_its_raw_output(
+async def test_a_one_element_list_where_one_uri_is_declared_is_that_uri(
     make_gateway: Any, runpod: FakeRunPod
 ) -> None:
     h = await runpod_gateway(make_gateway, runpod, {"type": "string", "format": "uri"})
