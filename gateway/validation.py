@@ -260,7 +260,7 @@ class Schemas:
         self._unknown_until: dict[tuple[Any, ...], float] = {}
         self._validators: dict[tuple[Any, ...], tuple[Any, InputValidator | None]] = {}
         self._inline: list[Any] = []  # keeps inline documents alive, so ids stay theirs
-        self._lock = asyncio.Lock()
+        self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}  # one per route's source
 
     async def document(self, route: _Route) -> dict[str, Any] | None:
         """The route's schema document, or None when it declares none.
@@ -272,9 +272,10 @@ class Schemas:
         """
         key = self._key(route)
         if key not in self._documents or self._ask_again(key):
-            async with self._lock:
+            async with self._locks.setdefault(key, asyncio.Lock()):
                 if key not in self._documents or self._ask_again(key):
                     self._documents[key] = await self._load(route)
+                    self._unknown_until.pop(key, None)
                     if self._documents[key] is None and route.openapi_schema is None:
                         self._unknown_until[key] = time.monotonic() + ASK_AGAIN_S
         return self._documents[key]
