@@ -273,7 +273,7 @@ class OutputContract:
         document: Document,
         cached: Callable[[Any], dict[str, Any] | None],
     ) -> None:
-        from gateway.route import route_key
+        from gateway.rollout.spec import route_key
 
         self._routes = {route_key(r.model, r.version): r for r in routes}
         self._document = document

@@ -19,9 +19,9 @@ from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.conformance import OutputContract, OutputMismatch
+from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError, OutputCopier, has_files
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
 from gateway.validation import noted_logs
 

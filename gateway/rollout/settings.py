@@ -11,7 +11,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.replicate import VERSION_ID_RE
-from gateway.route import CallerKey, GuardSettings, ShadowBudget, parse_caller_key, route_key
+from gateway.rollout.spec import (
+    CallerKey,
+    GuardSettings,
+    ShadowBudget,
+    parse_caller_key,
+    route_key,
+)
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
