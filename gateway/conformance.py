@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from contracts.errors import CutoverError
+from gateway.rollout.spec import route_key
 
 __all__ = ["OutputContract", "OutputMismatch", "conform", "interim", "output_schema"]
 
@@ -273,8 +274,6 @@ class OutputContract:
         document: Document,
         cached: Callable[[Any], dict[str, Any] | None],
     ) -> None:
-        from gateway.rollout.spec import route_key
-
         self._routes = {route_key(r.model, r.version): r for r in routes}
         self._document = document
         self._cached = cached
