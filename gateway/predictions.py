@@ -11,10 +11,9 @@ import base64
 import binascii
 import hashlib
 import json
-import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,8 +39,6 @@ from gateway.webhooks import ssrf
 
 __all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
            "parse_prefer_wait"]
-
-log = logging.getLogger(__name__)
 
 PAGE_SIZE = 100
 MIN_CANCEL_AFTER_S = 5.0
@@ -147,6 +144,7 @@ class PredictionService:
         *,
         store: JobStore,
         router: Router,
+        refresh_routes: Callable[[], Awaitable[None]],
         notifier: Notifier,
         webhook_policy: ssrf.WebhookTargetPolicy,
         public_url: str,
@@ -161,10 +159,9 @@ class PredictionService:
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
-        # With data retention a finished prediction does change (data_removed): no
-        # process may keep serving its old body (docs/retention.md).
-        self._keep_bodies = keep_finished_bodies
+        self._keep_bodies = keep_finished_bodies  # else data_removed (docs/retention.md)
         self._router = router
+        self._refresh_routes = refresh_routes
         self._notifier = notifier
         self._policy = webhook_policy
         self._public_url = public_url
@@ -203,14 +200,10 @@ class PredictionService:
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
-        await self._router.refresh()  # live route changes (gateway.rollout.sync)
+        await self._refresh_routes()  # live route changes (gateway.rollout.sync)
         routed = self._router.resolve(request, job_id)
-        checked = validation.CheckedInput(request.input)
-        if self._schemas is not None:  # a bad input is refused before any row or call
-            checked = await self._schemas.check(routed.route, request.input)
-            if checked.dropped:
-                log.info("input_fields_dropped", extra={
-                    "job_id": job_id, "route": routed.key, "fields": list(checked.dropped)})
+        checked = (await self._schemas.check(routed.route, request.input, job_id)  # before rows
+                   if self._schemas is not None else validation.CheckedInput(request.input))
         routed = self._router.resolve(request, job_id, Caller(options.token, options.headers))
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:

@@ -103,8 +103,8 @@ def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:
 
 def schema_problem(source: dict[str, Any] | str | None) -> str | None:
     """Why a route's ``openapi_schema`` (inline or a file) cannot be used, or None; a
-    provider's own schema is read at the first create. ``cutover check`` names it: a file
-    that did not load passed the check, and every create on the route was a 500."""
+    provider's own schema is read at the first create. ``cutover check`` names it, so a
+    file that does not load stops the start, not every create on the route."""
     if source is None or source == PROVIDER_SCHEMA:
         return None
     try:
@@ -313,9 +313,12 @@ class Schemas:
             return await self._fetch(route.provider, model_target(route))
         return await asyncio.to_thread(load_schema, source)
 
-    async def check(self, route: _Route, value: dict[str, Any]) -> CheckedInput:
+    async def check(
+        self, route: _Route, value: dict[str, Any], job_id: str = ""
+    ) -> CheckedInput:
         """``value`` as the provider gets it (undeclared fields dropped, unless the route
-        has ``strict_inputs``), if valid; routes without a schema accept any input.
+        has ``strict_inputs``, and logged as ``input_fields_dropped`` with ``job_id``),
+        if valid; routes without a schema accept any input.
 
         Raises
         ------
@@ -333,4 +336,8 @@ class Schemas:
         validator = made[1]
         if validator is None:
             return CheckedInput(value)
-        return validator.check(value, strict=route.strict_inputs)
+        checked = validator.check(value, strict=route.strict_inputs)
+        if checked.dropped:
+            log.info("input_fields_dropped", extra={
+                "job_id": job_id, "model": route.model, "fields": list(checked.dropped)})
+        return checked
