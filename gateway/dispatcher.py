@@ -68,6 +68,7 @@ from gateway.providers import Provider
 from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
+from gateway.store.rescue import NEVER_SENT
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
@@ -75,7 +76,7 @@ log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0
 REFUSED_RESUBMIT_WAIT_S = 60.0
 """Seconds before a job whose resubmit the provider refused (4xx) is submitted again."""
-NOT_CONNECTED = "not_connected"
+NOT_CONNECTED = NEVER_SENT  # a rollback moves such a job to the control (store.rescue)
 """``raw_status`` of a job whose submit found no connection to the provider: unlike
 ``unreachable`` (failed in transit) it is not "maybe submitted"."""
 

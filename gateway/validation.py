@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
 
 __all__ = [
-    "DROPPED_NOTE", "PROVIDER_SCHEMA", "TELLING_KINDS", "CheckedInput", "InputInvalid",
-    "InputValidator", "Schemas", "load_schema", "model_target", "noted_logs", "schema_problem",
-    "schema_unknown",
+    "DROPPED_NOTE", "PROVIDER_SCHEMA", "RESCUED_NOTE", "TELLING_KINDS", "CheckedInput",
+    "InputInvalid", "InputValidator", "Schemas", "load_schema", "model_target", "noted_logs",
+    "schema_problem", "schema_unknown",
 ]
 
 #: ``openapi_schema = "provider"``: read the schema once from the route's provider.
@@ -50,6 +50,10 @@ _MAX_REPORTED = 10
 
 #: The first line of a prediction's logs when undeclared input fields were dropped.
 DROPPED_NOTE = "Stripped unknown input fields: "
+#: How the logs of a prediction moved to the control at a rollback start
+#: (:mod:`gateway.store.rescue`, docs/canary.md "Rescue on rollback").
+RESCUED_NOTE = "Moved to the control: "
+_NOTES = (DROPPED_NOTE, RESCUED_NOTE)
 
 
 class InputInvalid(ContractViolation):
@@ -73,12 +77,19 @@ class CheckedInput:
 
 
 def noted_logs(job_logs: str | None, provider_logs: str | None) -> str | None:
-    """``provider_logs`` behind the job's :data:`DROPPED_NOTE` line, when its logs start
-    with one (providers send their whole log each time; the note stays first)."""
-    if provider_logs is None or not job_logs or not job_logs.startswith(DROPPED_NOTE):
+    """``provider_logs`` behind the gateway's note lines the job's logs start with
+    (:data:`DROPPED_NOTE`, :data:`RESCUED_NOTE`; providers send their whole log each
+    time, the notes stay first)."""
+    if provider_logs is None or not job_logs:
         return provider_logs
-    note = job_logs.split("\n", 1)[0] + "\n"
-    return provider_logs if provider_logs.startswith(note) else note + provider_logs
+    notes = ""
+    for line in job_logs.splitlines(keepends=True):
+        if not line.startswith(_NOTES):
+            break
+        notes += line if line.endswith("\n") else line + "\n"
+    if not notes or provider_logs.startswith(notes):
+        return provider_logs
+    return notes + provider_logs
 
 
 def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:

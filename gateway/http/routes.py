@@ -220,6 +220,7 @@ async def prediction_owner(request: web.Request) -> web.Response:
             "provider": job.provider,
             "provider_job_id": job.provider_job_id,
             "state": job.state.value,
+            "raw_status": job.raw_status,  # e.g. not_connected: its last submit found no one
             "error": job.error,
             # the provider's output when it failed the model's Output schema (conformance)
             "raw_output": job.raw_output,

@@ -116,8 +116,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     storage: Storage | None = None
     try:
         await db.migrate(engine)
-        book = RouteBook(engine)
         router = Router(settings.routes)
+        book = RouteBook(engine, target_of=router.target)
         await seed(book, router, settings.providers)
         control = RouteControl(book, routes=router.keys, providers=settings.providers)
         if args.command == "shadow":
@@ -221,7 +221,7 @@ def _show(shown: dict[str, Any]) -> str:
         "",
     ]
     arms: list[tuple[str, ...]] = [
-        (f"last {shown['window_s']:g} s", "ARM", "PROVIDER", "COUNT", "FAILED", "STUCK",
+        (f"since {shown.get('since') or '-'}", "ARM", "PROVIDER", "COUNT", "FAILED", "STUCK",
          "ERROR", "P50", "P95")
     ]
     for arm, s in shown["arms"].items():

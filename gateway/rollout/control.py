@@ -13,12 +13,11 @@ import math
 import re
 from collections.abc import Callable, Collection
 from dataclasses import asdict
-from datetime import timedelta
 from typing import Any, overload
 
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.rollout.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
+from gateway.rollout.guardloop import route_numbers
 from gateway.rollout.spec import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
 
@@ -219,21 +218,22 @@ class RouteControl:
         return await self._book.get(self._known(key))
 
     async def describe(self, key: str, history: int = 20) -> dict[str, Any]:
-        """Route ``key``: its spec, per-arm numbers over the guard window, its changes."""
+        """Route ``key``: its spec, per-arm numbers as the guard judges them
+        (:func:`gateway.rollout.guardloop.route_numbers`: the window's start ``since``,
+        ``as_of``, ``stuck_after_s``), its changes."""
         spec = await self._book.get(self._known(key))
-        window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        now = self._clock.now()
-        since = now - timedelta(seconds=window_s)
-        stuck = await stuck_span(self._book, key, spec, now)
-        control, candidate = await arm_stats(self._book, key, since, stuck)
-        arms = {"control": {"provider": spec.provider, **asdict(control)}}
+        numbers = await route_numbers(self._book, key, spec, self._clock.now())
+        arms = {"control": {"provider": spec.provider, **asdict(numbers.control)}}
         if spec.candidate:
-            arms["candidate"] = {"provider": spec.candidate, **asdict(candidate)}
+            arms["candidate"] = {"provider": spec.candidate, **asdict(numbers.candidate)}
         changes = await self._book.history(key, limit=history)
         return {
             "route": key,
             "spec": spec.stored(),
-            "window_s": window_s,
+            "window_s": numbers.window_s,
+            "since": numbers.since.isoformat(),
+            "as_of": numbers.at.isoformat(),
+            "stuck_after_s": numbers.stuck_after_s,
             "arms": arms,
             "changes": [c.model_dump(mode="json") for c in changes],
         }

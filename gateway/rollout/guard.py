@@ -54,12 +54,18 @@ class PairStats:
     breach: str | None = None
 
 
+#: A breach's class, named in the rollback's audit (``evidence["reason_class"]``).
+REASON_CLASSES = ("errors", "stuck", "latency", "contract breaks")
+
+
 @dataclass(frozen=True)
 class Breach:
-    """Why the guard rolls back (one line) and the samples behind it."""
+    """Why the guard rolls back (one line), its class (:data:`REASON_CLASSES`) and the
+    samples behind it."""
 
     reason: str
     evidence: dict[str, Any]
+    kind: str = "errors"
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -94,6 +100,8 @@ def evaluate(
     control: ArmStats,
     candidate: ArmStats,
     pairs: PairStats | None = None,
+    *,
+    stuck_after_s: float | None = None,
 ) -> Breach | None:
     """The first threshold the candidate breaches, or None.
 
@@ -101,9 +109,11 @@ def evaluate(
     are not judged over fewer than ``guard.min_samples`` samples (on both arms for the
     ratio; stuck predictions are samples of the error rate only); contract breaks count
     when the guard has ``max_contract_break_rate`` and ``pairs.breach`` says the share is
-    clearly above it (a Wilson lower bound).
+    clearly above it (a Wilson lower bound). An error-rate breach whose failures are
+    mostly stuck predictions is of class ``stuck`` (``stuck_after_s``: the limit the
+    caller applied to unfinished ones, for the reason and the evidence).
     """
-    evidence = {
+    evidence: dict[str, Any] = {
         "window_s": guard.window_s,
         "min_samples": guard.min_samples,
         "control": asdict(control),
@@ -115,24 +125,40 @@ def evaluate(
     judged = candidate.count + candidate.stuck
     if limit is not None and judged >= guard.min_samples and candidate.error_rate is not None:
         if candidate.error_rate > limit:
-            stuck = candidate.stuck
-            return Breach(
-                f"candidate error rate {candidate.error_rate:.1%} > {limit:.1%} "
-                f"({candidate.failed + stuck} of {judged}"
-                + (f"; {stuck} not taken by the provider within {guard.max_queue_s:g} s)"
-                   if stuck else ")"),
-                evidence,
-            )
+            return _errors(guard, candidate, limit, stuck_after_s, evidence)
     ratio_limit = guard.max_p95_ratio
     if ratio_limit is not None and enough and control.count >= guard.min_samples:
         if candidate.p95_s is not None and control.p95_s is not None:
             ratio = candidate.p95_s / max(control.p95_s, 1e-6)
             if ratio > ratio_limit:
-                return Breach(
+                return _classed("latency", Breach(
                     f"candidate p95 latency {candidate.p95_s:.3f} s is {ratio:.2f}x the "
                     f"control's {control.p95_s:.3f} s (> {ratio_limit:g}x)",
                     evidence,
-                )
+                ))
     if guard.max_contract_break_rate is not None and pairs is not None and pairs.breach:
-        return Breach(f"shadow {pairs.breach}", evidence)
+        return _classed("contract breaks", Breach(f"shadow {pairs.breach}", evidence))
     return None
+
+
+def _classed(kind: str, breach: Breach) -> Breach:
+    return Breach(breach.reason, {**breach.evidence, "reason_class": kind}, kind)
+
+
+def _errors(
+    guard: GuardSettings, candidate: ArmStats, limit: float, stuck_after_s: float | None,
+    evidence: dict[str, Any],
+) -> Breach:
+    """The error-rate breach: ``stuck`` when stuck predictions are most of the failures."""
+    stuck, judged = candidate.stuck, candidate.count + candidate.stuck
+    rate = f"candidate error rate {candidate.error_rate:.1%} > {limit:.1%}"
+    if not stuck:
+        return _classed("errors", Breach(f"{rate} ({candidate.failed} of {judged})", evidence))
+    unfinished = (f" or not finished within {stuck_after_s:g} s"
+                  if stuck_after_s is not None else "")
+    detail = (f"({candidate.failed + stuck} of {judged}; {stuck} not taken by the provider "
+              f"within {guard.max_queue_s:g} s{unfinished})")
+    evidence = {**evidence, "stuck_after_s": stuck_after_s}
+    if stuck >= candidate.failed:
+        return _classed("stuck", Breach(f"candidate stuck: {rate} {detail}", evidence))
+    return _classed("errors", Breach(f"{rate} {detail}", evidence))

@@ -1,9 +1,11 @@
 """The canary guard loop: rolls a breaching canary back to 0 by itself (docs/canary.md).
 
-Every ``interval_s`` (5 s by default) and for every route, it reads the control and
-candidate predictions finished within the guard's window (and after the route's last
-change) and the candidate's stuck ones (not taken ``max_queue_s`` after their create),
-publishes their counts, error rates, p95 latency and the stuck count as gauges, and —
+Every ``interval_s`` (5 s by default) and for every route, it reads the route's
+:func:`route_numbers` (the same figures ``routes show``, the admin API and the console
+show: predictions finished within the guard's window and after the route's last change,
+and the candidate's stuck ones, not taken ``max_queue_s`` or not finished
+``stuck_after_s`` after their create), publishes their counts, error rates, p95
+latency and the stuck count as gauges, and —
 when the route has a guard, not paused (``cutover routes pause-guard``), and its canary
 is above 0 — judges them
 (:func:`gateway.rollout.guard.evaluate`, plus the shadow contract-break rate from
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -26,38 +29,45 @@ from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.rollout import guard
 from gateway.rollout.router import Router
-from gateway.rollout.spec import RouteSpec
+from gateway.rollout.spec import RouteSpec, stuck_after
 from gateway.store.routes import RouteBook
 
-__all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "arm_stats", "stuck_span"]
+__all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "RouteNumbers", "route_numbers"]
 
 log = logging.getLogger(__name__)
 DEFAULT_WINDOW_S = 300.0
 PairStatsSource = Callable[[str, RouteSpec, datetime], Awaitable[guard.PairStats]]
 
 
-async def arm_stats(
-    book: RouteBook, key: str, since: datetime, stuck: tuple[datetime, datetime] | None = None
-) -> tuple[guard.ArmStats, guard.ArmStats]:
-    """``(control, candidate)`` stats of route ``key`` since ``since``; with ``stuck``
-    (:func:`stuck_span`), the candidate's stuck predictions count as failed."""
+@dataclass(frozen=True)
+class RouteNumbers:
+    """What the guard judges for one route, and what ``routes show``, the admin API, the
+    console and /metrics show (docs/canary.md, "Numbers"): per-arm stats of the
+    predictions finished from ``since`` (the later of ``window_s`` ago and the route's
+    last change) and the candidate's stuck ones created since then; ``stuck_after_s``
+    the unfinished-work limit applied (None without a guard and a candidate)."""
+
+    at: datetime
+    since: datetime
+    window_s: float
+    stuck_after_s: float | None
+    control: guard.ArmStats
+    candidate: guard.ArmStats
+
+
+async def route_numbers(book: RouteBook, key: str, spec: RouteSpec, now: datetime) -> RouteNumbers:
+    """:class:`RouteNumbers` of route ``key`` at ``now``, computed one way for every reader."""
+    window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
+    since = max(now - timedelta(seconds=window_s), await last_change(book, key, now))
     samples = await book.samples(key, since)
-    stuck_count = 0 if stuck is None else await book.stuck(key, *stuck)
     control = guard.summarize(s for s in samples if s.arm == "control")
-    candidate = guard.summarize((s for s in samples if s.arm == "candidate"), stuck_count)
-    return control, candidate
-
-
-async def stuck_span(
-    book: RouteBook, key: str, spec: RouteSpec, now: datetime
-) -> tuple[datetime, datetime] | None:
-    """When a candidate-arm prediction not taken yet counts as stuck: created after the
-    route's last change and at least the guard's ``max_queue_s`` ago, whatever the
-    window (docs/canary.md, "A candidate that never takes the work"); None without a
-    guard or a candidate."""
-    if spec.guard is None or not spec.candidate:
-        return None
-    return await last_change(book, key, now), now - timedelta(seconds=spec.guard.max_queue_s)
+    stuck, after_s = 0, None
+    if spec.guard is not None and spec.candidate:
+        after_s = stuck_after(spec.guard, control.p95_s)
+        stuck = await book.stuck(key, since, now - timedelta(seconds=spec.guard.max_queue_s),
+                                 now - timedelta(seconds=after_s))
+    candidate = guard.summarize((s for s in samples if s.arm == "candidate"), stuck)
+    return RouteNumbers(now, since, window_s, after_s, control, candidate)
 
 
 async def last_change(book: RouteBook, key: str, now: datetime) -> datetime:
@@ -102,11 +112,8 @@ class Guard(Loop):
         return rolled
 
     async def _judge(self, key: str, spec: RouteSpec) -> int:
-        window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
-        now = self._clock.now()
-        since = max(now - timedelta(seconds=window_s), await last_change(self._book, key, now))
-        stuck = await stuck_span(self._book, key, spec, now)
-        control, candidate = await arm_stats(self._book, key, since, stuck)
+        numbers = await route_numbers(self._book, key, spec, self._clock.now())
+        control, candidate, since = numbers.control, numbers.candidate, numbers.since
         self._publish(key, spec, control, candidate)
         if (spec.guard is None or spec.guard_paused or spec.canary_percent <= 0
                 or not spec.candidate):
@@ -114,7 +121,8 @@ class Guard(Loop):
         pairs = None
         if self._pair_stats is not None and spec.guard.max_contract_break_rate is not None:
             pairs = await self._pair_stats(key, spec, since)
-        breach = guard.evaluate(spec.guard, control, candidate, pairs)
+        breach = guard.evaluate(spec.guard, control, candidate, pairs,
+                                stuck_after_s=numbers.stuck_after_s)
         if breach is None:
             return 0
         return await self._roll_back(key, spec, breach)

@@ -95,6 +95,14 @@ class Router:
         except KeyError:
             raise NotFound(f"route {key!r} does not exist") from None
 
+    def target(self, key: str, provider: str) -> str | None:
+        """``provider``'s own name for route ``key``'s model (``target`` of the file's
+        ``provider``, ``candidate_target`` of its ``candidate``; None otherwise)."""
+        for route in self._routes:
+            if route_key(route.model, route.version) == key:
+                return _target(route, provider)
+        raise NotFound(f"route {key!r} does not exist")
+
     def update(self, version: int, specs: Mapping[str, RouteSpec]) -> list[str]:
         """Take the store's specs (of the configured routes) at ``version``; the changed
         route names come back."""

@@ -32,6 +32,7 @@ __all__ = [
     "change_problem",
     "parse_caller_key",
     "route_key",
+    "stuck_after",
 ]
 
 #: ``shadow`` runs a control prediction's input on the candidate, ``baseline`` on the
@@ -94,7 +95,8 @@ class GuardSettings(_Frozen):
     A candidate-arm prediction created after the route's last change that its provider
     has still not taken ``max_queue_s`` after its create, its last submit failed, counts
     as failed in the error rate ("stuck"; docs/canary.md, "A candidate that never takes
-    the work").
+    the work"); so does one taken but still not finished ``stuck_after_s`` after its
+    create (None: :func:`stuck_after`'s default from the control's p95).
     """
 
     max_error_rate: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -103,6 +105,7 @@ class GuardSettings(_Frozen):
     min_samples: int = Field(default=20, ge=1, le=1_000_000)
     window_s: float = Field(default=300.0, gt=0.0, le=7 * 86400.0)
     max_queue_s: float = Field(default=30.0, gt=0.0, le=86400.0)
+    stuck_after_s: float | None = Field(default=None, gt=0.0, le=86400.0)
 
     @model_validator(mode="after")
     def _some_threshold(self) -> GuardSettings:
@@ -118,6 +121,26 @@ class GuardSettings(_Frozen):
                 "max_contract_break_rate"
             )
         return self
+
+
+#: ``stuck_after_s`` when the guard does not set it: this many times the control's p95,
+#: within the bounds below; :data:`STUCK_AFTER_NO_CONTROL_S` while the control has none.
+STUCK_AFTER_P95_FACTOR = 5.0
+STUCK_AFTER_MIN_S = 10.0
+STUCK_AFTER_MAX_S = 300.0
+STUCK_AFTER_NO_CONTROL_S = 30.0
+
+
+def stuck_after(guard: GuardSettings, control_p95_s: float | None) -> float:
+    """Seconds after its create from which a candidate prediction taken but not finished
+    counts as stuck: the guard's ``stuck_after_s``, else 5 x the control's p95 within
+    10-300 s, else 30 s (docs/canary.md, "Numbers")."""
+    if guard.stuck_after_s is not None:
+        return guard.stuck_after_s
+    if control_p95_s is None:
+        return STUCK_AFTER_NO_CONTROL_S
+    scaled = STUCK_AFTER_P95_FACTOR * control_p95_s
+    return min(max(scaled, STUCK_AFTER_MIN_S), STUCK_AFTER_MAX_S)
 
 
 class ShadowBudget(_Frozen):
@@ -166,6 +189,8 @@ class RouteSpec(_Frozen):
         ``guard_paused`` only while true, so a spec stored before it existed, and its
         config digest, read the same)."""
         data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused"})
+        if data["guard"] is not None and data["guard"]["stuck_after_s"] is None:
+            del data["guard"]["stuck_after_s"]  # the default: digests of older specs hold
         if self.guard_paused:
             data["guard_paused"] = True
         return {**data, "caller_key": str(self.caller_key)}

@@ -74,7 +74,7 @@ async def open_routes(
     refused), ``public_url`` the gateway's, ``poll_interval_s`` how often the route
     version is read (``[gateway] route_poll_interval_s``).
     """
-    book = RouteBook(engine, clock=clock)
+    book = RouteBook(engine, clock=clock, target_of=router.target, notifier=notifier)
     shadows = ShadowStore(engine, clock=clock)
     sync = RouteSync(book=book, router=router, notifier=notifier,
                      interval_s=poll_interval_s, metrics=metrics, clock=clock)

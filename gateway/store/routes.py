@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,13 +26,22 @@ from sqlalchemy.exc import IntegrityError
 from contracts.errors import ContractViolation, NotFound
 from contracts.job import JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.notify import LoopName, Notifier
 from gateway.rollout.guard import Sample
 from gateway.rollout.spec import AuditEntry, RouteSpec, change_problem
 from gateway.store.engine.aio import Connection, Engine
 from gateway.store.reader import SqliteReads
+from gateway.store.records import ACTIVE
+from gateway.store.rescue import Rescue, rescue
 from gateway.store.schema import jobs, route_changes, routes
 
-__all__ = ["RouteBook", "SeedNote", "config_hash"]
+__all__ = ["RouteBook", "SeedNote", "TargetOf", "config_hash"]
+
+log = logging.getLogger(__name__)
+TargetOf = Callable[[str, str], "str | None"]
+"""(route key, provider) -> the provider's own name for the route's model."""
+#: The moved predictions' ids a rollback's audit lists (the count is always whole).
+RESCUED_LISTED = 100
 
 _FINISHED = [JobState.COMPLETED.value, JobState.FAILED.value]
 _UNSUBMITTED = [JobState.CREATING.value, JobState.QUEUED.value]
@@ -74,11 +84,22 @@ class RouteBook:
         The process's engine (owned by the caller).
     clock : Clock
         Injected time source.
+    target_of : TargetOf, optional
+        The control's target for a route: with it, a rollback moves the candidate's
+        never-accepted predictions to the control (:mod:`gateway.store.rescue`); without
+        (a reader, the drift check), a rollback moves nothing.
+    notifier : Notifier, optional
+        This process's loops, woken to dispatch moved predictions at once.
     """
 
-    def __init__(self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK, target_of: TargetOf | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
         self._engine = engine
         self._clock = clock
+        self._target_of = target_of
+        self._notifier = notifier
         self._fast = SqliteReads(engine)  # the version poll takes no lock on SQLite
 
     async def seed(
@@ -170,7 +191,10 @@ class RouteBook:
         """Apply ``update`` (spec fields) to route ``key`` and audit it, in one transaction.
 
         Returns the audit entry, or None when ``only_if`` refused the current spec (e.g.
-        the guard finds the canary already at 0).
+        the guard finds the canary already at 0). A ``rollback`` of a route with a
+        candidate also moves the candidate's never-accepted predictions to the control
+        (:mod:`gateway.store.rescue`); the audit's evidence says how many, and which, as
+        ``rescued``.
 
         Raises
         ------
@@ -201,7 +225,33 @@ class RouteBook:
                 .where(routes.c.key == key)
                 .values(spec=after.stored(), changed_live=True, updated_at=self._clock.now())
             )
-            return await self._audit(conn, key, who, action, before, after, reason, evidence)
+            moved = await self._rescue(conn, key, who, action, before, after)
+            if moved is not None:
+                evidence = {**(evidence or {}), "rescued": {
+                    "count": len(moved), "to": after.provider,
+                    "predictions": moved[:RESCUED_LISTED]}}
+            entry = await self._audit(conn, key, who, action, before, after, reason, evidence)
+        if moved:
+            log.warning("predictions_rescued", extra={
+                "route": key, "from": before.candidate, "to": after.provider,
+                "count": len(moved), "change": entry.id})
+            if self._notifier is not None:
+                self._notifier.wake(LoopName.DISPATCHER)
+        return entry
+
+    async def _rescue(
+        self, conn: Connection, key: str, who: str, action: str, before: RouteSpec,
+        after: RouteSpec,
+    ) -> list[str] | None:
+        """The ids a rollback moved to the control, or None when this change moves none
+        (not a rollback, no candidate, no ``target_of``)."""
+        if (action != "rollback" or self._target_of is None or not before.candidate
+                or before.candidate == after.provider):
+            return None
+        move = Rescue(route=key, candidate=before.candidate, control=after.provider,
+                      target=self._target_of(key, after.provider),
+                      why=f"route {key!r} rolled back by {who}")
+        return await rescue(conn, move, self._clock.now())
 
     async def history(self, key: str | None = None, limit: int = 100) -> list[AuditEntry]:
         """Audit entries, newest first (of one route, or of all)."""
@@ -235,21 +285,35 @@ class RouteBook:
             for r in rows
         ]
 
-    async def stuck(self, key: str, since: datetime, before: datetime) -> int:
-        """Candidate-arm predictions of route ``key`` created from ``since`` to ``before``
-        and still not submitted, whose last submit failed (docs/canary.md, "A candidate
-        that never takes the work"). Not counted: one never tried (``raw_status`` None:
-        waiting for a slot under the provider's ``max_concurrency``) or last told
-        ``busy`` (the provider at capacity, the dispatcher's ``_defer``)."""
-        query = sa.select(sa.func.count()).where(
-            jobs.c.route == key,
-            jobs.c.arm == "candidate",
+    async def stuck(
+        self, key: str, since: datetime, before: datetime, unfinished_before: datetime | None = None
+    ) -> int:
+        """Candidate-arm predictions of route ``key`` created from ``since`` on that are
+        stuck (docs/canary.md, "A candidate that never takes the work"): created by
+        ``before``, still not submitted, and their last submit failed; or, with
+        ``unfinished_before``, created by then, taken by the candidate and still not
+        finished. Not counted: one never tried (``raw_status`` None: waiting for a slot
+        under the provider's ``max_concurrency``) or last told ``busy`` (the provider at
+        capacity, the dispatcher's ``_defer``)."""
+        not_taken = sa.and_(
             jobs.c.state.in_(_UNSUBMITTED),
             jobs.c.submitted_at.is_(None),
             jobs.c.raw_status.is_not(None),
             jobs.c.raw_status != "busy",
-            jobs.c.created_at >= since,
             jobs.c.created_at <= before,
+        )
+        either: sa.ColumnElement[bool] = not_taken
+        if unfinished_before is not None:
+            either = sa.or_(not_taken, sa.and_(
+                jobs.c.state.in_(ACTIVE),
+                jobs.c.submitted_at.is_not(None),
+                jobs.c.created_at <= unfinished_before,
+            ))
+        query = sa.select(sa.func.count()).where(
+            jobs.c.route == key,
+            jobs.c.arm == "candidate",
+            jobs.c.created_at >= since,
+            either,
         )
         async with self._engine.connect() as conn:
             return int((await conn.execute(query)).scalar_one())

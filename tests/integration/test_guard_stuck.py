@@ -88,13 +88,14 @@ async def test_a_candidate_refusing_connections_is_rolled_back_once_enough_are_s
     last = shown["changes"][0]
     assert (last["who"], last["action"]) == ("guard", "rollback")
     assert last["reason"] == (
-        "candidate error rate 100.0% > 30.0% (5 of 5; 5 not taken by the provider "
-        "within 5 s)"
+        "candidate stuck: candidate error rate 100.0% > 30.0% (5 of 5; 5 not taken by the "
+        "provider within 5 s or not finished within 30 s)"
     )
+    assert last["evidence"]["reason_class"] == "stuck"
     assert last["evidence"]["candidate"]["stuck"] == 5
-    for job_id in stuck:  # never moved: they stay the candidate's until it answers or expire
-        assert (await _admin(gateway, "GET", f"/predictions/{job_id}"))["provider"] == "next"
-        assert (await gateway.get(job_id))["status"] == "starting"
+    assert last["evidence"]["rescued"]["count"] == 5  # never accepted: moved to the control
+    for job_id in stuck:
+        assert (await _admin(gateway, "GET", f"/predictions/{job_id}"))["provider"] == "fake"
     gateway.clock.advance(6)
     assert await _guard(gateway).run_once() == 0
     assert await _stuck_gauge(gateway) == 0  # counted from the rollback on: the alert clears
@@ -103,7 +104,9 @@ async def test_a_candidate_refusing_connections_is_rolled_back_once_enough_are_s
 async def test_a_healthy_candidate_queueing_at_its_max_concurrency_is_not_stuck(
     make_gateway: Any,
 ) -> None:
-    gateway = await make_gateway(**_sections({"kind": "fake", "max_concurrency": 1}))
+    sections = _sections({"kind": "fake", "max_concurrency": 1})
+    sections["routes"][0]["guard"] = {**GUARD, "stuck_after_s": 3600}  # the one it runs:
+    gateway = await make_gateway(**sections)  # slow, not stuck, within an hour
     await _admin(gateway, "POST", f"/routes/{ROUTE}/canary", json={"percent": 100, "reason": "go"})
     await _create_all(gateway, 6)  # one runs there, five wait for its slot
     await gateway.settle()
@@ -113,3 +116,35 @@ async def test_a_healthy_candidate_queueing_at_its_max_concurrency_is_not_stuck(
     assert shown["arms"]["candidate"]["stuck"] == 0
     assert await _stuck_gauge(gateway) == 0
     assert shown["spec"]["canary_percent"] == 100
+
+
+README_GUARD = {"max_error_rate": 0.05, "max_p95_ratio": 1.5, "min_samples": 50,
+                "window_s": 600}  # the README's operator walkthrough
+
+
+async def test_a_candidate_that_accepts_and_never_finishes_is_rolled_back_as_stuck(
+    make_gateway: Any,
+) -> None:
+    sections = _sections({"kind": "fake", "max_concurrency": 100})  # takes all, ends none
+    sections["routes"][0]["guard"] = README_GUARD
+    gateway = await make_gateway(**sections)
+    await _admin(gateway, "POST", f"/routes/{ROUTE}/canary", json={"percent": 100, "reason": "go"})
+    made = await _create_all(gateway, 50)
+    await gateway.settle()
+    assert all([(await gateway.store.get(x)).provider_job_id for x in made])  # all taken
+    gateway.clock.advance(29)
+    assert await _guard(gateway).run_once() == 0  # not yet stuck_after_s (30 s, no control p95)
+    gateway.clock.advance(2)
+    shown = await _admin(gateway, "GET", f"/routes/{ROUTE}")
+    assert shown["stuck_after_s"] == 30
+    assert await _guard(gateway).run_once() == 1  # 31 s after the creates: within 60 s
+    judged = (await _admin(gateway, "GET", f"/routes/{ROUTE}"))["changes"][0]
+    assert (judged["who"], judged["action"]) == ("guard", "rollback")
+    assert judged["reason"].startswith("candidate stuck: candidate error rate 100.0% > 5.0%")
+    assert "not finished within 30 s" in judged["reason"]
+    assert judged["evidence"]["reason_class"] == "stuck"
+    for arm in ("control", "candidate"):  # the guard and routes show: the same numbers
+        seen = {k: v for k, v in shown["arms"][arm].items() if k != "provider"}
+        assert judged["evidence"][arm] == seen
+    assert shown["arms"]["candidate"]["stuck"] == 50
+    assert judged["evidence"]["rescued"]["count"] == 0  # all accepted: they stay there

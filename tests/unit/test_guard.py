@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.rollout import guard
-from gateway.rollout.spec import GuardSettings
+from gateway.rollout.spec import GuardSettings, stuck_after
 
 
 def _arm(n: int, failed: int = 0, latency_s: float = 1.0, arm: str = "control") -> guard.ArmStats:
@@ -37,11 +37,32 @@ def test_stuck_predictions_count_as_failed_samples_of_the_error_rate_only():
     assert (candidate.count, candidate.stuck, candidate.error_rate) == (3, 2, 0.4)
     breach = guard.evaluate(settings, _arm(50), candidate)
     assert breach is not None
-    assert breach.reason == (
-        "candidate error rate 40.0% > 30.0% (2 of 5; 2 not taken by the provider within 10 s)"
-    )
+    assert breach.reason == ("candidate stuck: candidate error rate 40.0% > 30.0% (2 of 5; "
+                             "2 not taken by the provider within 10 s)")
+    assert (breach.kind, breach.evidence["reason_class"]) == ("stuck", "stuck")
     latency = GuardSettings(max_p95_ratio=2.0, min_samples=5)  # judged over finished ones
     assert guard.evaluate(latency, _arm(10), guard.summarize([finished], stuck=9)) is None
+
+
+def test_each_breach_names_its_class():
+    settings = GuardSettings(max_error_rate=0.3, max_p95_ratio=2.0, min_samples=5)
+    failed = guard.Sample(arm="candidate", failed=True, latency_s=1.0)
+    mostly_failed = guard.summarize([failed] * 4, stuck=1)
+    breach = guard.evaluate(settings, _arm(10), mostly_failed, stuck_after_s=12.0)
+    assert breach is not None and breach.kind == "errors"
+    assert breach.reason == ("candidate error rate 100.0% > 30.0% (5 of 5; 1 not taken by the "
+                             "provider within 30 s or not finished within 12 s)")
+    slow = guard.evaluate(settings, _arm(10, latency_s=1.0), _arm(10, latency_s=5.0))
+    assert slow is not None and slow.evidence["reason_class"] == "latency"
+
+
+def test_stuck_after_defaults_to_a_bounded_multiple_of_the_controls_p95():
+    guard_settings = GuardSettings(max_error_rate=0.1)
+    assert stuck_after(guard_settings, None) == 30.0  # no control figures yet
+    assert stuck_after(guard_settings, 0.2) == 10.0  # at least 10 s
+    assert stuck_after(guard_settings, 8.0) == 40.0  # 5 x p95
+    assert stuck_after(guard_settings, 600.0) == 300.0  # at most 300 s
+    assert stuck_after(GuardSettings(max_error_rate=0.1, stuck_after_s=7), 8.0) == 7.0
 
 
 def test_p95_ratio_needs_both_arms():
