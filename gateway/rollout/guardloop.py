@@ -115,6 +115,8 @@ class Guard(Loop):
         numbers = await route_numbers(self._book, key, spec, self._clock.now())
         control, candidate, since = numbers.control, numbers.candidate, numbers.since
         self._publish(key, spec, control, candidate)
+        if spec.canary_percent <= 0:  # stranded by a submit under way at the rollback
+            await self._book.rescue_stranded(key, spec)
         if (spec.guard is None or spec.guard_paused or spec.canary_percent <= 0
                 or not spec.candidate):
             return 0  # paused: counted and published above, never acted on

@@ -239,6 +239,25 @@ class RouteBook:
                 self._notifier.wake(LoopName.DISPATCHER)
         return entry
 
+    async def rescue_stranded(self, key: str, spec: RouteSpec) -> int:
+        """Move the never-accepted predictions still on the candidate of route ``key`` at
+        canary 0 (a submit was under way at the rollback, then found no connection) to
+        the control, as the rollback would have; how many moved comes back (0 without
+        ``target_of``, a candidate, or at a canary above 0)."""
+        if self._target_of is None or not spec.candidate or spec.canary_percent > 0:
+            return 0
+        move = Rescue(route=key, candidate=spec.candidate, control=spec.provider,
+                      target=self._target_of(key, spec.provider),
+                      why=f"route {key!r} rolled back; its submit was under way then")
+        async with self._engine.begin() as conn:
+            moved = await rescue(conn, move, self._clock.now())
+        if moved:
+            log.warning("predictions_rescued", extra={
+                "route": key, "from": spec.candidate, "to": spec.provider, "count": len(moved)})
+            if self._notifier is not None:
+                self._notifier.wake(LoopName.DISPATCHER)
+        return len(moved)
+
     async def _rescue(
         self, conn: Connection, key: str, who: str, action: str, before: RouteSpec,
         after: RouteSpec,
