@@ -1,12 +1,23 @@
 """The one parser of ``Authorization`` headers (docs/replicate-api.md §1: ``Bearer
 <token>``, or the legacy ``Token <token>``; docs/cog.md: Cog's webhooks carry ``Bearer
-<token>``). Pure text in, text out: the callers compare tokens in constant time."""
+<token>``). Pure text in, text out: the callers compare tokens in constant time.
+
+A token belongs to one tenant (docs/security.md): the tokens of ``[gateway] api_tokens``
+to :data:`DEFAULT_TENANT`, those of a ``[[tenants]]`` entry to that entry's name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
-__all__ = ["bearer_token", "credentials"]
+__all__ = ["DEFAULT_TENANT", "TENANT_CHARS", "TENANT_NAME_RE", "bearer_token", "credentials"]
+
+DEFAULT_TENANT = "default"
+"""The tenant of ``[gateway] api_tokens``, and of every prediction stored before tenants."""
+TENANT_CHARS = 32
+"""The longest tenant name (``jobs.tenant`` holds it)."""
+TENANT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+"""A tenant name: lower-case letters, digits, ``_`` and ``-``, starting with a letter or digit."""
 
 
 def credentials(authorization: str | None) -> tuple[str, str]:

@@ -20,17 +20,9 @@ from gateway.uploads import Uploads
 from gateway.webhooks import signing
 
 __all__ = [
-    "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
+    "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
     "storage_for", "uploads", "webhook_signer",
 ]
-
-
-def api_tokens(settings: Settings) -> dict[str, str]:
-    """Name -> token: ``named_api_tokens`` as named, ``api_tokens`` as ``token-N``."""
-    gw = settings.gateway
-    tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
-    tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
-    return tokens
 
 
 def output_file_hosts(settings: Settings) -> dict[str, list[str]]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
 from gateway import app, healthcheck, logs, providers, routecli, startchecks
+from gateway import tenants as tenancy
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.envnames import ignored_environment
@@ -201,8 +202,11 @@ def _check(settings: Settings, path: Path | None) -> int:
     for route in settings.routes:
         target = f" ({route.target})" if route.target else ""
         moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
+        only = f", tenants {', '.join(route.tenants)}" if route.tenants else ""
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
-              f"{moving}")
+              f"{moving}{only}")
+    for tenant in settings.tenants:  # docs/security.md
+        print(f"tenant      {tenant.name}: {len(tenant.api_tokens)} API token(s)")
     return 1 if problems else 0
 
 
@@ -213,7 +217,7 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [providers.NAME] configured: there is nothing to send work to")
     if not settings.routes:
         problems.append("no [[routes]] configured: every create would be 404")
-    if not settings.gateway.api_tokens:
+    if not tenancy.api_tokens(settings):  # named_api_tokens and [[tenants]] count too
         problems.append("no [gateway] api_tokens: every API request would be 401")
     token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
     problems.extend(providers.missing_credentials(token_envs, os.environ))

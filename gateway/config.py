@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
+from gateway import tenants as tenancy
 from gateway.routesettings import RouteSettings
 from gateway.sections import (
     AdminSettings,
@@ -267,6 +268,7 @@ class Settings(BaseSettings):
     providers: dict[Annotated[str, Field(max_length=64)], ProviderSettings] = Field(
         default_factory=dict)  # a name longer than jobs.provider's 64 was a 500 on PostgreSQL
     routes: list[RouteSettings] = Field(default_factory=list)
+    tenants: list[tenancy.TenantSettings] = Field(default_factory=list)  # gateway/tenants.py
 
     @model_validator(mode="after")
     def _routes_name_providers(self) -> Settings:
@@ -286,8 +288,8 @@ class Settings(BaseSettings):
         """A token no header can carry (empty, a space, a newline pasted from a file)
         never matched, and an admin token that is also an API token let every app holding
         it change routes; both were accepted without a word."""
-        gw = self.gateway
-        api = {t.get_secret_value() for t in [*gw.api_tokens, *gw.named_api_tokens.values()]}
+        tenancy.check(self)
+        api = set(tenancy.api_tokens(self).values())
         admin = {token for _, token in self.admin.named_tokens()}
         for where, tokens in (("gateway API", api), ("[admin]", admin)):
             if any(not _TOKEN_RE.fullmatch(token) for token in tokens):
