@@ -43,7 +43,7 @@ from gateway.http import (
     uploads,
 )
 from gateway.http.admin import create_admin_app
-from gateway.http.middleware import ApiTokens
+from gateway.http.middleware import ApiTokens, scope_of
 from gateway.inputs import InputStager
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop, NextDue
@@ -108,6 +108,7 @@ def create_app(
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
+    app[keys.FILE_OWNERS] = tenancy.file_owners(settings, scope_of)
     app[keys.CLOCK] = clock
     app[keys.STARTED_AT] = clock.now()
     app[keys.NOTIFIER] = Notifier()

@@ -11,7 +11,7 @@ give the names the middleware works with.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -22,7 +22,8 @@ from gateway.sections import checked_secret
 if TYPE_CHECKING:
     from gateway.config import Settings
 
-__all__ = ["SECRET_ROW_PREFIX", "TenantSettings", "api_tokens", "check", "token_tenants"]
+__all__ = ["SECRET_ROW_PREFIX", "TenantSettings", "api_tokens", "check", "file_owners",
+           "token_tenants"]
 
 SECRET_ROW_PREFIX = "webhook_signing_secret:"  # noqa: S105 (a row name, not a secret)
 """The ``secrets`` row of a tenant's generated signing secret is this plus its name."""
@@ -86,6 +87,19 @@ def token_tenants(settings: Settings) -> dict[str, str]:
     for tenant in settings.tenants:
         names.update(dict.fromkeys((name for name, _ in tenant.token_names()), tenant.name))
     return names
+
+
+def file_owners(settings: Settings, scope_of: Callable[[str], str]) -> dict[str, frozenset[str]]:
+    """Tenant -> the ``scope_of`` of each of its tokens (who may own the files its
+    predictions name: :meth:`gateway.files.FileService.check_owned`); empty without
+    ``[[tenants]]``, where any token's file may be named, as before tenants."""
+    if not settings.tenants:
+        return {}
+    names = token_tenants(settings)
+    owners: dict[str, set[str]] = {}
+    for name, token in api_tokens(settings).items():
+        owners.setdefault(names[name], set()).add(scope_of(token))
+    return {tenant: frozenset(scopes) for tenant, scopes in owners.items()}
 
 
 def check(settings: Settings) -> None:

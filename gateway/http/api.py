@@ -31,6 +31,7 @@ from contracts.replicate import (
 from contracts.times import parse_time
 from gateway.config import RouteSettings
 from gateway.http import keys, wire
+from gateway.http.files import FILES
 from gateway.http.middleware import (
     SCOPE_CHARS,
     TENANT,
@@ -137,6 +138,9 @@ async def _respond_created(
 ) -> web.Response:
     options = _options(request)
     service = _service(request)
+    owners = request.app[keys.FILE_OWNERS]
+    if owners:  # with [[tenants]]: no file of another tenant (docs/security.md)
+        await request.app[FILES].check_owned(create.input, owners.get(options.tenant, ()))
     job, created = await service.create(create, options, target)
     if created:
         request.app[keys.METRICS].predictions_created.labels(job.route, job.provider).inc()

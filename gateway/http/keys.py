@@ -31,6 +31,7 @@ INTAKE = web.AppKey("intake", Intake)
 STORAGE = web.AppKey("storage", Storage)
 SIGNING_SECRET = web.AppKey("signing_secret", str)  # the default tenant's
 TENANT_SECRETS = web.AppKey("tenant_secrets", dict[str, str])  # tenant -> its signing secret
+FILE_OWNERS = web.AppKey("file_owners", dict[str, frozenset[str]])  # gateway/tenants.py
 STARTED_AT = web.AppKey("started_at", datetime)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", Metrics)

@@ -41,6 +41,7 @@ __all__ = [
     "presented_token",
     "problem_for",
     "problem_response",
+    "scope_of",
     "token_scope",
 ]
 
@@ -90,8 +91,12 @@ def presented_token(request: web.Request) -> str:
 def token_scope(request: web.Request) -> str:
     """Who is calling, without the token: :data:`SCOPE_CHARS` hex digits of its SHA-256
     (idempotency keys and uploaded files belong to it)."""
-    presented = presented_token(request).encode(errors="surrogateescape")
-    return hashlib.sha256(presented).hexdigest()[:SCOPE_CHARS]
+    return scope_of(presented_token(request))
+
+
+def scope_of(token: str) -> str:
+    """The scope of ``token`` (:func:`token_scope`)."""
+    return hashlib.sha256(token.encode(errors="surrogateescape")).hexdigest()[:SCOPE_CHARS]
 
 
 def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:

@@ -191,6 +191,13 @@ async def test_idempotency_keys_and_files_stay_within_the_token(two: GatewayHarn
     listed = await (await two.client.get("/v1/files", headers=D)).json()
     assert listed["results"] == []
     assert await _status(two, "GET", f"/v1/files/{uploaded['id']}", A) == 200
+    # nor can a prediction of another tenant name it as an input
+    named = {"version": VERSION, "input": {"text": uploaded["urls"]["get"]}}
+    response = await two.client.post("/v1/predictions", json=named, headers=D)
+    assert response.status == 404
+    assert (await response.json())["detail"] == (
+        f"the input names file {uploaded['id']!r}, which does not exist")
+    assert (await _create(two, A2, named))["input"] == named["input"]
 
 
 async def test_a_route_limited_to_a_tenant_does_not_exist_for_the_others(two: GatewayHarness):
