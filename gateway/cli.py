@@ -275,7 +275,8 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
                 until=parse_time(args.until, "--until") if args.until else None,
                 limit=args.limit,
             )
-            print(_table(found) if found else "no dead-lettered webhook events")
+            shown = _table(found, tenants=bool(settings.tenants))
+            print(shown if found else "no dead-lettered webhook events")
         elif args.action == "show":
             print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
         elif args.id is not None:
@@ -302,13 +303,15 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
 _HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
 
 
-def _table(letters: Sequence[Letter]) -> str:
-    """Dead events as an aligned text table (errors cut at 60 characters)."""
+def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
+    """Dead events as an aligned text table (errors cut at 60 characters); ``tenants``
+    (with ``[[tenants]]``): a TENANT column after the prediction."""
     rows = [
         (
             str(x.id),
             x.msg_id,
             x.prediction_id,
+            *((x.tenant,) if tenants else ()),
             x.event,
             str(x.attempts),
             str(x.last_status_code or "-"),
@@ -317,10 +320,11 @@ def _table(letters: Sequence[Letter]) -> str:
         )
         for x in letters
     ]
-    widths = [max(len(r[i]) for r in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
+    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
+    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [_HEADINGS, *rows]
+        for r in [headings, *rows]
     )
 
 

@@ -214,20 +214,6 @@ async def test_a_route_limited_to_a_tenant_does_not_exist_for_the_others(two: Ga
     assert (await two.store.get((await response.json())["id"])).tenant == "a"
 
 
-async def test_admin_sees_every_tenants_predictions_with_the_tenant(make_gateway: Any):
-    gw = await make_gateway(tenants=TENANTS, admin={"tokens": ["adm_token"]})
-    mine, theirs = await _create(gw, A), await _create(gw, D)
-    admin = {"Authorization": "Bearer adm_token"}
-    for created, tenant in ((mine, "a"), (theirs, "default")):
-        response = await gw.client.get(f"/admin/predictions/{created['id']}", headers=admin)
-        assert (await response.json())["tenant"] == tenant
-    response = await gw.client.get("/admin/predictions", headers=admin)
-    listed = {p["id"]: p["tenant"] for p in (await response.json())["results"]}
-    assert listed == {mine["id"]: "a", theirs["id"]: "default"}
-    response = await gw.client.get("/admin/predictions?tenant=a", headers=admin)
-    assert [p["id"] for p in (await response.json())["results"]] == [mine["id"]]
-
-
 async def test_the_replicate_client_sees_only_its_tenants_predictions(two: GatewayHarness):
     base = str(two.client.make_url("")).rstrip("/")
     client_a = replicate.Client(api_token=TOKEN_A, base_url=base)
