@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from contracts.auth import DEFAULT_TENANT
-from gateway import assembly, collector, tenantkeys
+from gateway import assembly, collector
 from gateway import tenants as tenancy
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
@@ -172,7 +172,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine
-        found = await tenantkeys.signing_secrets(engine, settings, app[keys.CLOCK])
+        found = await assembly.signing_secrets(engine, settings, app[keys.CLOCK])
         app[keys.SIGNING_SECRET], app[keys.TENANT_SECRETS] = found[DEFAULT_TENANT], found
         app[keys.DEAD_LETTERS] = DeadLetters(DeadLetterRows(engine, clock=app[keys.CLOCK]))
         yield
@@ -258,7 +258,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             storage=app[keys.STORAGE],
             public_url=gw.public_url,
             provider_base_url=gw.webhook_base_url,
-            secret=tenantkeys.download_key(app[keys.SIGNING_SECRET]),
+            secret=assembly.download_key(app[keys.SIGNING_SECRET]),
             ttl_s=settings.files.ttl_s,
             max_bytes=settings.files.max_bytes,
             download_ttl_s=settings.files.download_ttl_s,
@@ -353,7 +353,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
     sender = delivery.Delivery(
         queue=queue,
         http=app[_WEBHOOK_HTTP],
-        signer=tenantkeys.signers(app[keys.TENANT_SECRETS], settings, app[keys.STORE]),
+        signer=assembly.signers(app[keys.TENANT_SECRETS], settings, app[keys.STORE]),
         schedule=retry.Schedule(
             tuple(hooks.retry_delays_s),
             jitter_ratio=hooks.retry_jitter_ratio,
