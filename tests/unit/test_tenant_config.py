@@ -48,6 +48,7 @@ def _tenant(name: str, *tokens: str) -> str:
     (_tenant("a" * 33, "r8_a"), "", f"the tenant name '{'a' * 32}'... must be 1 to 32"),
     (_tenant("a", "r8 a"), "", "a gateway API token is empty or has a space"),
     (_tenant("a", "r8_a"), 'tenants = ["b"]', "route acme/echo names unknown tenant 'b'"),
+    (_tenant("a", "r8_a") + 'webhook_signing_secret = "nope"\n', "", "whsec_"),
 ])
 def test_a_tenant_mistake_is_refused_at_load_and_by_check(
     toml: str, route: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
