@@ -15,19 +15,20 @@ from typing import Any
 
 from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import routewiring
+from contracts.job import Job
 from gateway.clock import Clock
 from gateway.config import Settings, WebhookSettings
-from gateway.outputs import OutputCopier
+from gateway.config.tenants import SECRET_ROW_PREFIX
+from gateway.files.outputs import OutputCopier
+from gateway.files.uploads import Uploads
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
+from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
 from gateway.store import secrets
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
-from gateway.tenants import SECRET_ROW_PREFIX
-from gateway.uploads import Uploads
 from gateway.webhooks import signing
 from gateway.webhooks.signers import TenantSigners
 
@@ -84,7 +85,7 @@ def uploads(
     settings: Settings, copier: OutputCopier, storage: Storage, store: JobStore
 ) -> Uploads:
     """The receiver of provider uploads (Cog's ``--upload-url``): the providers with an
-    ``upload_token`` take them (gateway/uploads.py)."""
+    ``upload_token`` take them (gateway/files/uploads.py)."""
     tokens = {
         name: conf.upload_token.get_secret_value()
         for name, conf in settings.providers.items()
@@ -164,15 +165,17 @@ async def _gateway_secret(engine: Engine, settings: Settings, clock: Clock) -> s
     )
 
 
-def signers(found: dict[str, str], settings: Settings, store: JobStore) -> TenantSigners:
+def signers(
+    found: dict[str, str], settings: Settings, read_job: Callable[[str], Awaitable[Job]]
+) -> TenantSigners:
     """The webhook signers of :func:`signing_secrets`' secrets (a prediction's tenant
-    read from ``store``); ``[webhooks]``'s rotation overlap (``previous_signing_secret``)
-    is ``default``'s."""
+    from ``read_job``, a store read); ``[webhooks]``'s rotation overlap
+    (``previous_signing_secret``) is ``default``'s."""
     made = {name: signing.Signer(secret) for name, secret in found.items()}
     made[DEFAULT_TENANT] = webhook_signer(found[DEFAULT_TENANT], settings.webhooks)
 
     async def tenant_of(job_id: str) -> str:
-        return (await store.get(job_id)).tenant
+        return (await read_job(job_id)).tenant
 
     return TenantSigners(made, tenant_of)
 

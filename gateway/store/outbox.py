@@ -34,12 +34,10 @@ import sqlalchemy as sa
 from contracts.auth import DEFAULT_TENANT
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
-from gateway import logs
-from gateway.http import wire
-from gateway.store.aio import Connection
-from gateway.store.errors import ValueRefused
+from gateway import logs, wire
+from gateway.store.engine.aio import Connection
+from gateway.store.engine.errors import ValueRefused
 from gateway.store.schema import outbox
-from gateway.webhooks import signing
 
 if TYPE_CHECKING:
     from gateway.store.handoff import Handed, Handoff
@@ -167,16 +165,25 @@ class Planner:
         ``default`` tenant's.
     stream_secrets : Mapping[str, str], optional
         Other tenants' keys, by tenant (docs/security.md).
+    handoff : Handoff or None
+        Where new ``completed`` rows are leased to and handed, after their commit, when
+        this process delivers webhooks (:mod:`gateway.store.handoff`); None: they wait
+        for the delivery loop's claim.
     """
 
     def __init__(
-        self, *, base_url: str, throttle_s: float, stream_secret: str = "",
+        self,
+        *,
+        base_url: str,
+        throttle_s: float,
+        stream_secret: str = "",
         stream_secrets: Mapping[str, str] | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self._base_url = base_url
         self._stream_secrets = {DEFAULT_TENANT: stream_secret, **(stream_secrets or {})}
         self._throttle = timedelta(seconds=throttle_s)
-        self.handoff: Handoff | None = None  # set when this process delivers (app.py)
+        self.handoff = handoff
 
     def plan(self, old: Job | None, new: Job) -> Plan:
         """The events ``old -> new`` causes (after the app's filter) and their payload.
@@ -199,7 +206,7 @@ class Planner:
         try:
             secret = self._stream_secrets.get(new.tenant)
             body = wire.prediction(new, self._base_url, stream_secret=secret)
-            payload = signing.compact_json(body.wire()).decode()
+            payload = wire.compact_json(body.wire()).decode()
         except (ValueError, TypeError) as exc:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc
         return Plan(events, payload)

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from contracts.auth import DEFAULT_TENANT
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-from gateway.store.errors import ValueRefused
+from gateway.store.engine.errors import ValueRefused
 
 __all__ = [
     "ACTIVE",

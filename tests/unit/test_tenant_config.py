@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ConfigurationError
-from gateway import cli, tenants
-from gateway.config import load_settings
+from gateway import cli
+from gateway.config import load_settings, tenants
 
 BASE = """
 [gateway]
