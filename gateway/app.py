@@ -104,7 +104,7 @@ def create_app(
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
     tokens = ApiTokens(tenancy.api_tokens(settings), tenancy.token_tenants(settings))
-    front = access.front_middleware(tokens, limiter, metrics)
+    front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
@@ -182,11 +182,12 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
     providers = {
         name: Provider(name, build_adapter(
             name, conf.kind, token=credential(conf.token_env), **conf.adapter_options()
-        ), conf.max_concurrency)
-        for name, conf in app[keys.SETTINGS].providers.items()
+        ), conf.max_concurrency, conf.submit_timeout_s or settings.gateway.submit_timeout_s)
+        for name, conf in settings.providers.items()
     }
     app[keys.PROVIDERS] = providers
     try:
@@ -301,9 +302,7 @@ def build_loops(app: web.Application) -> list[Loop]:
     backoff = retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s)
     loops: list[Loop] = [
         Dispatcher(
-            **common,
-            callback_base_url=base,
-            resolve_input=app[files.FILES].resolve_input,
+            **common, callback_base_url=base, resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
@@ -311,9 +310,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         EventProcessor(**common, events=app[_EVENTS], backoff=backoff),
         Poller(**common),
         Reaper(
-            **common,
-            cancel_grace_s=gw.cancel_grace_s,
-            cancel_resend_s=gw.cancel_resend_s,
+            **common, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
             max_job_lifetime_s=gw.max_job_lifetime_s,
             shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),

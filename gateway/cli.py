@@ -188,6 +188,7 @@ def _check(settings: Settings, path: Path | None) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
     problems = readiness_problems(settings) + _tls_problems(settings)
     problems += startchecks.storage_problems(gw := settings.gateway)
+    problems += startchecks.ca_file_problems(settings.providers)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):

@@ -85,10 +85,14 @@ class Finalizer:
             output = None
         return Progress(state, snapshot.raw_status, output, snapshot.logs)
 
-    async def finish_here(self, job: Job, state: JobState, error: str | None) -> Job:
+    async def finish_here(
+        self, job: Job, state: JobState, error: str | None, logs: str | None = None
+    ) -> Job:
         """Record a terminal state decided by the gateway itself (cancel before submit,
-        deadline, lifetime, provider lost the job)."""
-        return await self._record(job, Outcome(state=state, raw_status="gateway", error=error))
+        deadline, lifetime, provider lost the job, provider never reached), with the
+        prediction's ``logs`` when the gateway has something to tell in them."""
+        outcome = Outcome(state=state, raw_status="gateway", error=error, logs=logs)
+        return await self._record(job, outcome)
 
     async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
         base: dict[str, Any] = {
