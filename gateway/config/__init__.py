@@ -287,9 +287,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tokens_usable(self) -> Settings:
-        """A token no header can carry (empty, a space, a newline pasted from a file)
-        never matched, and an admin token that is also an API token let every app holding
-        it change routes; both were accepted without a word."""
+        """Tenants apart (config/tenants.py), tokens a header can carry, admin tokens apart."""
         tenancy.check(self)
         api = set(tenancy.api_tokens(self).values())
         admin = {token for _, token in self.admin.named_tokens()}
