@@ -236,11 +236,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         )
         app[keys.UPLOADS] = assembly.uploads(settings, copier, app[keys.STORAGE], store)
         app[_FINALIZER] = Finalizer(
-            store=store,
-            copier=copier,
+            store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS],
+            contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,

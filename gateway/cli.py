@@ -42,7 +42,7 @@ from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
-from gateway.validation import schema_problem
+from gateway.validation import schema_problem, schema_unknown
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
@@ -193,6 +193,12 @@ def _check(settings: Settings, path: Path | None) -> int:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
         print(f"cutover: warning: {ignored}", file=sys.stderr)
+    for route in settings.routes:
+        provider_conf = settings.providers.get(route.provider)
+        kind = provider_conf.kind if provider_conf else None
+        if (unknown := schema_unknown(route.openapi_schema, kind)) is not None:
+            name = f"{route.model}:{route.version}" if route.version else route.model
+            print(f"cutover: warning: route {name}: {unknown}", file=sys.stderr)
     print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
           " + CUTOVER_* environment")
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")

@@ -153,8 +153,8 @@ class PredictionService:
         await self._refresh_routes()  # live route changes (gateway.rollout.sync)
         tenant = options.tenant
         routed = self._router.resolve(request, job_id, tenant=tenant)
-        if self._schemas is not None:  # a bad input is refused before any row or call
-            await self._schemas.check(routed.route, request.input)
+        checked = (await self._schemas.check(routed.route, request.input, job_id)  # before rows
+                   if self._schemas is not None else validation.CheckedInput(request.input))
         caller = Caller(options.token, options.headers)
         routed = self._router.resolve(request, job_id, caller, tenant=tenant)
         webhook, events = request.webhook, request.webhook_events_filter
@@ -172,7 +172,8 @@ class PredictionService:
             route=routed.key,
             provider=routed.provider,
             target=routed.target,
-            input=request.input,
+            input=checked.input,
+            logs=checked.note,
             callback_token=ids.callback_token(),
             webhook=webhook,
             webhook_events_filter=events,

@@ -16,7 +16,8 @@ token's name as "who". Bad input is a problem+json 4xx and changes nothing.
 ``GET  /admin/routes/{route}/shadow-report?since=&format=``
     the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
     ``md`` or ``json``
-``GET  /admin/predictions/{id}``               which tenant, route, arm and provider own it
+``GET  /admin/predictions/{id}``               which tenant, route, arm and provider own it,
+                                               its error and raw output (conformance)
 ``GET  /admin/predictions?tenant=&cursor=``    every tenant's predictions (or one tenant's),
     newest first, 100 a page, each with its tenant (docs/security.md)
 """
@@ -198,6 +199,9 @@ async def prediction_owner(request: web.Request) -> web.Response:
             "provider": job.provider,
             "provider_job_id": job.provider_job_id,
             "state": job.state.value,
+            "error": job.error,
+            # the provider's output when it failed the model's Output schema (conformance)
+            "raw_output": job.raw_output,
             "shadow_of": job.shadow_of,
             "shadows": [{"id": s.id, "provider": s.provider, "state": s.state.value}
                         for s in shadows],

@@ -3,15 +3,15 @@
 Rows stored before tenants belong to ``default`` (the server default fills them); the
 index serves a tenant's list, newest first, as ``ix_jobs_created_at_id`` serves all.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
