@@ -3,15 +3,15 @@
 Rows stored before tenants belong to ``default`` (the server default fills them); the
 index serves a tenant's list, newest first, as ``ix_jobs_created_at_id`` serves all.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
