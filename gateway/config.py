@@ -193,7 +193,8 @@ class ProviderSettings(_Section):
     ``cog`` provider needs one). ``token_env`` names the environment variable holding the
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
-    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``. ``upload_token`` lets
+    ``stream`` apply to ``openai`` providers, ``jwks_url`` and ``result_retry_window_s``
+    (seconds a failing result read is retried after ``COMPLETED``) to ``fal``. ``upload_token`` lets
     the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
     §1.10).
     """
@@ -213,6 +214,7 @@ class ProviderSettings(_Section):
     api: Literal["chat", "completions", "images"] = "chat"
     stream: bool = True
     jwks_url: str | None = None
+    result_retry_window_s: float | None = Field(default=None, ge=0)
 
     def adapter_options(self) -> dict[str, Any]:
         """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
@@ -229,6 +231,7 @@ class ProviderSettings(_Section):
             "api": self.api,
             "stream": self.stream,
             "jwks_url": self.jwks_url,
+            "result_retry_window_s": self.result_retry_window_s,
         }
 
     @model_validator(mode="after")

@@ -15,7 +15,7 @@ from typing import Any
 
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
-from contracts.snapshot import ProviderSnapshot
+from contracts.snapshot import ErrorClass, ProviderSnapshot
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError, OutputCopier, has_files
@@ -62,7 +62,8 @@ class Finalizer:
                 f"job {job.id} has {job.provider_job_id!r}"
             )
         outcome = await self._outcome(job, snapshot)
-        return await self._record(job, outcome)
+        error_class = snapshot.error_class if outcome.state is JobState.FAILED else None
+        return await self._record(job, outcome, error_class)
 
     def progress(self, job: Job, snapshot: ProviderSnapshot) -> Progress:
         """A snapshot as the job's progress (the one place this is made).
@@ -108,7 +109,9 @@ class Finalizer:
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
-    async def _record(self, job: Job, outcome: Outcome) -> Job:
+    async def _record(
+        self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None
+    ) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
         transient store error propagates, so the caller's boundary retries the item."""
         try:
@@ -129,11 +132,23 @@ class Finalizer:
             return await self._store.get(job.id)
         if self._metrics is not None:
             self._count(done)
+        if error_class is not None:
+            self._classify(done, error_class)
         log.info(
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
         )
         return done
+
+    def _classify(self, done: Job, error_class: ErrorClass) -> None:
+        """Count a failure by who must act; a credentials refusal is an operator alert
+        (docs/providers.md, "Error classes")."""
+        if self._metrics is not None:
+            self._metrics.prediction_errors.labels(done.provider, error_class.value).inc()
+        if error_class is ErrorClass.GATEWAY_CREDENTIALS:
+            log.error("provider_credentials_refused", extra={
+                "job_id": done.id, "provider": done.provider, "route": done.route,
+                "error": done.error})
 
     def _count(self, done: Job) -> None:
         assert self._metrics is not None
