@@ -148,6 +148,11 @@ class Capabilities(BaseModel):
         The provider's webhooks are not signed (RunPod, providers.md §3.5): once the
         per-job URL token matches, a webhook only makes the job's next fetch due now; its
         body is never parsed or trusted.
+    cancel_is_final : bool
+        A cancel the provider accepted (``Adapter.cancel`` returned True) ends the job
+        there: RunPod answers ``CANCELLED``, its terminal state (docs/providers.md,
+        "runpod"). The gateway then ends the prediction ``canceled`` at once, and later
+        reports of the job (late output) are logged, never applied.
     max_inline_input_bytes : int or None
         ``data:`` URIs longer than this are stored by the gateway and sent as its own URL
         (docs/providers.md, "File inputs"); None sends every input as it is.
@@ -163,4 +168,5 @@ class Capabilities(BaseModel):
     lost_grace_s: float = 0.0
     lost_is_idle: bool = False
     webhook_poke: bool = False
+    cancel_is_final: bool = False
     max_inline_input_bytes: int | None = None

@@ -277,6 +277,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
             clock=clock,
+            finalizer=app[_FINALIZER],
         )
         yield
 

@@ -53,6 +53,7 @@ class Finalizer:
             When the snapshot's provider job id is not the job's, or it is not terminal.
         """
         if job.state.terminal:
+            self.late(job, snapshot)
             return job
         if not snapshot.state.terminal:
             raise ContractViolation(f"snapshot for {job.id} is not terminal")
@@ -63,7 +64,21 @@ class Finalizer:
             )
         outcome = await self._outcome(job, snapshot)
         error_class = snapshot.error_class if outcome.state is JobState.FAILED else None
-        return await self._record(job, outcome, error_class)
+        return await self._record(job, outcome, error_class, snapshot)
+
+    def late(self, job: Job, snapshot: ProviderSnapshot) -> None:
+        """A provider's report of a job that is already final (RunPod's output after an
+        acknowledged cancel): logged as ``late_provider_outcome``, never applied; the
+        execution time it reports is still counted (docs/providers.md, "runpod")."""
+        log.info("late_provider_outcome", extra={
+            "job_id": job.id, "provider": job.provider, "state": snapshot.state.value,
+            "raw_status": snapshot.raw_status, "stored_state": job.state.value})
+        self._execution(job.provider, snapshot)
+
+    def _execution(self, provider: str, snapshot: ProviderSnapshot) -> None:
+        seconds = snapshot.metrics.get("predict_time")
+        if self._metrics is not None and isinstance(seconds, int | float) and seconds >= 0:
+            self._metrics.provider_execution_seconds.labels(provider).inc(seconds)
 
     def progress(self, job: Job, snapshot: ProviderSnapshot) -> Progress:
         """A snapshot as the job's progress (the one place this is made).
@@ -110,7 +125,8 @@ class Finalizer:
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
     async def _record(
-        self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None
+        self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None,
+        snapshot: ProviderSnapshot | None = None,
     ) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
         transient store error propagates, so the caller's boundary retries the item."""
@@ -129,7 +145,12 @@ class Finalizer:
             self._notifier.wake(LoopName.DISPATCHER)
         self._notifier.wake(LoopName.DELIVERY)
         if done is None:
-            return await self._store.get(job.id)
+            stored = await self._store.get(job.id)
+            if snapshot is not None:
+                self.late(stored, snapshot)
+            return stored
+        if snapshot is not None:
+            self._execution(job.provider, snapshot)
         if self._metrics is not None:
             self._count(done)
         if error_class is not None:

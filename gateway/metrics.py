@@ -38,6 +38,13 @@ class Metrics:
             ["provider", "error_class"],
             registry=self.registry,
         )
+        self.provider_execution_seconds = Counter(
+            "cutover_provider_execution_seconds",
+            "Execution time the providers reported for finished jobs, in seconds, by"
+            " provider; also what they report after the prediction ended (a canceled job).",
+            ["provider"],
+            registry=self.registry,
+        )
         self.provider_submits = Counter(
             "cutover_provider_submits",
             "Submit attempts to providers, by outcome (accepted, busy, unreachable, rejected).",

@@ -69,4 +69,4 @@ async def test_in_band_error_fails_with_the_servers_message_and_reaches_the_stre
     prediction.urls["stream"] = up.stream_url(prediction)
     with pytest.raises(RuntimeError, match=re.escape(message)):  # the client's "error"
         async for event in prediction.async_stream():
-            assert event.event != "done", "the stream ended without its error event"
+            assert event.event.value != "done", "the stream ended without its error event"
