@@ -12,6 +12,8 @@ body): echoed inputs dropped, ``data:`` payloads and base64 runs replaced.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -19,18 +21,22 @@ from typing import Any
 __all__ = [
     "ECHO_KEYS",
     "MAX_ERROR_BYTES",
+    "MAX_KEPT_BODY_BYTES",
     "fal_detail",
+    "kept_body",
     "one_line",
     "scrub",
     "scrub_json",
 ]
 
 MAX_ERROR_BYTES = 1024
+MAX_KEPT_BODY_BYTES = 16 * 1024
 #: Keys under which providers echo the request's input back (fal's detail items, the
 #: Replicate and RunPod job objects): dropped from what is kept.
 ECHO_KEYS = frozenset({"input"})
 _DATA_URI = re.compile(r"data:([\w.+-]+/[\w.+-]+)?[^,\s\"']*,[^\s\"'<>)\]}]*", re.IGNORECASE)
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{120,}={0,2}")
+_BASE64_BYTES = re.compile(rb"[A-Za-z0-9+/_-]{120,}")
 
 
 def scrub(text: str) -> str:
@@ -89,3 +95,23 @@ def scrub_json(value: Any) -> Any:
     if isinstance(value, str):
         return scrub(value)
     return value
+
+
+def kept_body(body: bytes, limit_bytes: int = MAX_KEPT_BODY_BYTES) -> bytes:
+    """What is kept of a provider webhook body once it was applied: the body itself when
+    it is small and carries no ``data:`` payload, base64 run or echoed input; else its
+    JSON with :func:`scrub_json` applied (the text scrubbed, if not JSON), cut at
+    ``limit_bytes`` with the size and SHA-256 of what was cut.
+    """
+    if (len(body) <= limit_bytes and b"data:" not in body and b'"input"' not in body
+            and _BASE64_BYTES.search(body) is None):
+        return body
+    try:
+        kept = json.dumps(scrub_json(json.loads(body)), separators=(",", ":")).encode()
+    except ValueError:
+        kept = scrub(body.decode("utf-8", errors="replace")).encode()
+    if len(kept) <= limit_bytes:
+        return kept
+    head, rest = kept[: limit_bytes - 120], kept[limit_bytes - 120 :]
+    note = f"...({len(rest)} more bytes cut, sha256 {hashlib.sha256(rest).hexdigest()})"
+    return head + note.encode()

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters import transport
+from adapters import errortext, transport
 from contracts.errors import CapabilityMissing, ContractViolation, UpstreamRejected
 from contracts.job import JobState
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
@@ -85,13 +85,13 @@ def _error_text(error: Any) -> str:
         try:
             decoded = json.loads(error)
         except ValueError:
-            return transport.excerpt(error, 1000)
+            return errortext.one_line(error)
         error = decoded if isinstance(decoded, Mapping) else error
     if isinstance(error, Mapping):
         kind = error.get("error_type")
-        message = error.get("error_message") or json.dumps(error)[:1000]
-        return f"{kind}: {message}" if kind else str(message)
-    return transport.excerpt(str(error), 1000)
+        message = error.get("error_message") or json.dumps(errortext.scrub_json(error))
+        return errortext.one_line(f"{kind}: {message}" if kind else str(message))
+    return errortext.one_line(str(error))
 
 
 class RunPodAdapter:

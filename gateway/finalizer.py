@@ -13,6 +13,7 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from adapters import errortext
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ErrorClass, ProviderSnapshot
@@ -111,7 +112,10 @@ class Finalizer:
         }
         if snapshot.state is not JobState.COMPLETED:
             # Outputs of failed and canceled jobs are not kept: they are not owned files.
-            return Outcome(state=snapshot.state, error=snapshot.error, **base)
+            # Errors are one line of at most 1 KB with no echoed payloads, whoever made
+            # them (docs/providers.md, "Error classes").
+            error = errortext.one_line(snapshot.error) if snapshot.error else None
+            return Outcome(state=snapshot.state, error=error, **base)
         hosts = self._file_hosts.get(job.provider, ())
         try:
             output, records = await self._copier.copy(job.id, snapshot.output, hosts)

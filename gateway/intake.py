@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from adapters import errortext
 from contracts.errors import CutoverError, WebhookVerificationError
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -212,7 +213,20 @@ class EventProcessor(Loop):
                 if not await self._failed(event, exc, events[n + 1 :]):
                     return
             self._attempts.pop(event.id, None)
+            await self._keep(event)
             await self._events.mark_processed(event.id)
+
+    async def _keep(self, event: ProviderEvent) -> None:
+        """Once applied, keep the body bounded and without payloads (docs/providers.md,
+        "Error classes"); most bodies are kept as they are, with no write."""
+        kept = await off_loop(errortext.kept_body, event.body, size=len(event.body))
+        if kept == event.body:
+            return
+        try:
+            await self._events.keep(event.id, kept)
+        except Exception as exc:  # noqa: BLE001 (best effort: the event applied all the same)
+            log.warning("provider_event_keep_failed",
+                        extra={"job_id": event.job_id, "error": boundary.describe(exc)})
 
     async def _failed(
         self, event: ProviderEvent, exc: Exception, later: list[ProviderEvent]

@@ -329,6 +329,17 @@ class ProviderEvents(lease.Leasing):
             marked = set(done.scalars())
         return [event_id in marked for event_id in ids]
 
+    async def keep(self, event_id: int, body: bytes) -> None:
+        """Replace an applied event's stored body by what is kept of it (``body``,
+        :func:`adapters.errortext.kept_body`): bounded, without ``data:`` payloads or
+        echoed inputs. Before its apply the raw body is needed (and a crash must not
+        lose it); after, it is only for diagnosis."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                provider_events.update().where(provider_events.c.id == event_id)
+                .values(body=body)
+            )
+
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's
         backoff); only if this process still holds the lease. True when it did. The
