@@ -1,6 +1,7 @@
 """The dispatcher: hands committed jobs to their provider, within its concurrency limit.
 
-A job is stored first (state ``creating``) and only then submitted (DESIGN "data path").
+A job is stored first (state ``creating``) and only then submitted (docs/architecture.md,
+"The data path").
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 
@@ -19,7 +20,7 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   the gateway learns the provider's id to cancel it there: refused, the job ends
   ``canceled`` at once; busy or unreachable, it is tried again every
   ``cancel_resend_s`` at most, and ends ``canceled`` once ``cancel_grace_s`` has passed
-  since the cancel with :data:`gateway.reaper.ASKS_BEFORE_GIVING_UP` tries failed;
+  since the cancel with :data:`gateway.finalizer.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
 * a cancel requested while the submit was in flight -> the provider is told to cancel
@@ -50,21 +51,19 @@ from contracts.errors import (
 )
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import boundary, fairness, logs
+from gateway import boundary, fairness, logs, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
-from gateway.finalizer import Finalizer
-from gateway.inputs import InputStager
+from gateway.files.inputs import InputStager
+from gateway.files.outputs import AssetError
+from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError
 from gateway.providers import Provider
-from gateway.reaper import ASKS_BEFORE_GIVING_UP, why_never_started
-from gateway.shadowgate import DROPPED, ShadowGate
+from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
-from gateway.webhooks import retry
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
@@ -112,7 +111,7 @@ class Dispatcher(Loop):
         self._stager = stager
         self._last_served: dict[str, float] = {}
         self._served_tick = 0.0
-        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
+        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files/service.py).
         self._resolve_input = resolve_input or (lambda value: value)
         self._store = store
         self._providers = providers

@@ -23,7 +23,7 @@ from gateway.webhooks.attempt import Attempt, Decision
 
 __all__ = ["USER_AGENT", "host", "log_outcome", "open_session", "post"]
 
-log = logging.getLogger("gateway.webhooks.delivery")  # the deliverer's log, as before the split
+log = logging.getLogger("gateway.webhooks.delivery")  # one logger for delivery
 
 USER_AGENT = "cutover"
 _INLINE_BODY_BYTES = 1024 * 1024  # aiohttp warns for raw bytes over 1 MiB: streamed
