@@ -278,8 +278,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             events=app[_EVENTS],
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
-            clock=clock,
-            finalizer=app[_FINALIZER],
+            clock=clock, finalizer=app[_FINALIZER],
         )
         yield
 

@@ -194,9 +194,8 @@ class ProviderSettings(_Section):
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
     ``stream`` apply to ``openai`` providers, ``jwks_url`` and ``result_retry_window_s``
-    (seconds a failing result read is retried after ``COMPLETED``) to ``fal``. ``upload_token`` lets
-    the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
-    §1.10).
+    (seconds a failing result read is retried) to ``fal``. ``upload_token`` lets the
+    provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md §1.10).
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]

@@ -331,15 +331,11 @@ class ProviderEvents(lease.Leasing):
         return [event_id in marked for event_id in ids]
 
     async def keep(self, event_id: int, body: bytes) -> None:
-        """Replace an applied event's stored body by what is kept of it (``body``,
-        :func:`adapters.errortext.kept_body`): bounded, without ``data:`` payloads or
-        echoed inputs. Before its apply the raw body is needed (and a crash must not
-        lose it); after, it is only for diagnosis."""
+        """Store an applied event's kept body (:func:`adapters.errortext.kept_body`): its
+        apply needed the raw one, diagnosis needs no payloads."""
         async with self._engine.begin() as conn:
-            await conn.execute(
-                provider_events.update().where(provider_events.c.id == event_id)
-                .values(body=body)
-            )
+            await conn.execute(provider_events.update()
+                               .where(provider_events.c.id == event_id).values(body=body))
 
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's
