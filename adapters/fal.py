@@ -53,13 +53,8 @@ from contracts.snapshot import (
     SubmitRequest,
 )
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_RESULT_RETRY_WINDOW_S",
-    "STATUS_MAP",
-    "FalAdapter",
-    "map_status",
-]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_RESULT_RETRY_WINDOW_S", "STATUS_MAP", "FalAdapter",
+           "map_status"]
 
 DEFAULT_BASE_URL = "https://queue.fal.run"
 EXPIRED_ERROR = (
@@ -144,12 +139,13 @@ class FalAdapter:
     request_timeout_s, fetch_interval_s, fetch_max_interval_s, rate_limit_per_s
         Call timeout; first and largest poll interval; requests per second (None: none).
     result_retry_window_s : float
-        How long, in seconds, a result read that fails after ``COMPLETED`` (429, 5xx,
-        404, no connection) is tried again before the job fails as ``provider_fault``.
+        Seconds a result read failing after ``COMPLETED`` is retried (then ``provider_fault``).
     clock : callable or None
         Unix seconds for the signature window (tests).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -166,6 +162,7 @@ class FalAdapter:
         result_retry_window_s: float = DEFAULT_RESULT_RETRY_WINDOW_S,
         clock: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -173,7 +170,7 @@ class FalAdapter:
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
         )
         self._http = _upstream(name, base_url, token, request_timeout_s, rate_limit_per_s,
-                               transport)
+                               transport, ca_file)
         self._jwks_url = jwks_url
         self._result_window_s = result_retry_window_s
         extra = {"clock": clock} if clock is not None else {}
@@ -352,11 +349,12 @@ class FalAdapter:
 def _upstream(
     name: str, base_url: str, token: str | None, timeout_s: float,
     rate_limit_per_s: float | None, mock: httpx.AsyncBaseTransport | None,
+    ca_file: str | None = None,
 ) -> transport.Upstream:
     headers = {"Authorization": f"Key {token}"} if token else {}
     return transport.Upstream(
         name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers, timeout_s=timeout_s,
-        rate_limit_per_s=rate_limit_per_s, transport=mock,
+        rate_limit_per_s=rate_limit_per_s, transport=mock, ca_file=ca_file,
     )
 
 
