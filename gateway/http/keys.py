@@ -18,6 +18,7 @@ from gateway.rollout.router import Router
 from gateway.rollout.wiring import RouteServices
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
+from gateway.store.sessions import ConsoleSessions
 from gateway.validation import Schemas
 from gateway.webhooks.deadletter import DeadLetters
 
@@ -29,7 +30,9 @@ PROVIDERS = web.AppKey("providers", dict[str, Provider])
 PREDICTIONS = web.AppKey("predictions", PredictionService)
 INTAKE = web.AppKey("intake", Intake)
 STORAGE = web.AppKey("storage", Storage)
-SIGNING_SECRET = web.AppKey("signing_secret", str)
+SIGNING_SECRET = web.AppKey("signing_secret", str)  # the default tenant's
+TENANT_SECRETS = web.AppKey("tenant_secrets", dict[str, str])  # tenant -> its signing secret
+FILE_OWNERS = web.AppKey("file_owners", dict[str, frozenset[str]])  # gateway/config/tenants.py
 STARTED_AT = web.AppKey("started_at", datetime)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", Metrics)
@@ -37,3 +40,4 @@ DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
 SCHEMAS = web.AppKey("schemas", Schemas)
 ROUTES = web.AppKey("routes", RouteServices)
 UPLOADS = web.AppKey("uploads", Uploads)
+CONSOLE_SESSIONS = web.AppKey("console_sessions", ConsoleSessions)

@@ -3,7 +3,8 @@
 A route is addressed as ``/admin/routes/{owner}/{name}`` where ``{name}`` may carry the
 version (``acme/echo:5c7d...``), i.e. the route's name as written in the config.
 Every change needs a JSON body with a non-empty ``reason``; it is audited with the admin
-token's name as "who". Bad input is a problem+json 4xx and changes nothing.
+token's name as "who"; a ``viewer`` token's change is a 403 (docs/console.md). Bad input
+is a problem+json 4xx and changes nothing.
 
 ``GET  /admin/routes``                         every route and its spec
 ``GET  /admin/routes/{route}``                 spec, per-arm numbers, recent changes
@@ -12,32 +13,38 @@ token's name as "who". Bad input is a problem+json 4xx and changes nothing.
 ``POST /admin/routes/{route}/canary``          ``{"percent": 0-100, "reason": "..."}``
 ``POST /admin/routes/{route}/rollback``        ``{"reason": "..."}``
 ``POST /admin/routes/{route}/shadow``          ``{"percent": 0-100, "reason": "..."}``
+``POST /admin/routes/{route}/promote``         ``{"reason": "..."}``: candidate -> control
+``POST /admin/routes/{route}/pause-guard``     ``{"reason": "..."}`` (409: none, or paused)
+``POST /admin/routes/{route}/resume-guard``    ``{"reason": "..."}`` (409: not paused)
 ``PATCH /admin/routes/{route}``                ``{"reason": "...", <spec fields>...}``
 ``GET  /admin/routes/{route}/shadow-report?since=&format=``
     the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
     ``md`` or ``json``
-``GET  /admin/predictions/{id}``               which route, arm and provider served it,
+``GET  /admin/predictions/{id}``               which tenant, route, arm and provider own it,
                                                its error and raw output (conformance)
+``GET  /admin/predictions?tenant=&cursor=``    every tenant's predictions (or one tenant's),
+    newest first, 100 a page, each with its tenant (docs/security.md)
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from aiohttp import web
 
-from contracts.auth import same_secret
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
+from gateway import wire
 from gateway.http import keys
-from gateway.http.middleware import json_response, presented_token
+from gateway.http.admintokens import IDENTITY
+from gateway.http.middleware import json_response
 from gateway.rollout.control import RouteControl
 
-__all__ = ["ADMIN_TOKENS", "routes"]
+__all__ = ["routes"]
 
 routes = web.RouteTableDef()
-ADMIN_TOKENS = web.AppKey("admin_tokens", list[tuple[str, bytes]])  # (name, token)
 _ROUTE = "/routes/{owner}/{name}"
 MAX_LIMIT = 1000
 
@@ -52,11 +59,7 @@ def _key(request: web.Request) -> str:
 
 def _who(request: web.Request) -> str:
     """The name of the admin token the (already authenticated) request presented."""
-    presented = presented_token(request)
-    for name, accepted in request.app[ADMIN_TOKENS]:
-        if same_secret(presented, accepted):
-            return name
-    return "admin"
+    return request[IDENTITY].name
 
 
 def _limit(request: web.Request, default: int = 100) -> int:
@@ -139,6 +142,33 @@ async def rollback(request: web.Request) -> web.Response:
     return await _changed(request, entry)
 
 
+@routes.post(_ROUTE + "/promote")
+async def promote(request: web.Request) -> web.Response:
+    """The candidate becomes the control at 100 %; the route has no candidate after."""
+    body = await _body(request, takes=())
+    entry = await _control(request).promote(_key(request), who=_who(request),
+                                            reason=body["reason"])
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/pause-guard")
+async def pause_guard(request: web.Request) -> web.Response:
+    """The guard keeps counting but never rolls back, until resumed."""
+    body = await _body(request, takes=())
+    entry = await _control(request).pause_guard(_key(request), who=_who(request),
+                                                reason=body["reason"])
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/resume-guard")
+async def resume_guard(request: web.Request) -> web.Response:
+    """A paused guard acts again."""
+    body = await _body(request, takes=())
+    entry = await _control(request).resume_guard(_key(request), who=_who(request),
+                                                 reason=body["reason"])
+    return await _changed(request, entry)
+
+
 @routes.post(_ROUTE + "/shadow")
 async def set_shadow(request: web.Request) -> web.Response:
     """Set the shadow percent."""
@@ -183,12 +213,13 @@ async def shadow_report(request: web.Request) -> web.Response:
 
 @routes.get("/predictions/{id}")
 async def prediction_owner(request: web.Request) -> web.Response:
-    """Which route, arm and provider own a prediction (never shown to apps)."""
+    """Which tenant, route, arm and provider own a prediction (never shown to apps)."""
     job = await request.config_dict[keys.STORE].get(request.match_info["id"])
     shadows = await request.config_dict[keys.ROUTES].shadows.shadows_of(job.id)
     return json_response(
         {
             "id": job.id,
+            "tenant": job.tenant,
             "route": job.route,
             "arm": job.arm,
             "provider": job.provider,
@@ -202,3 +233,25 @@ async def prediction_owner(request: web.Request) -> web.Response:
                         for s in shadows],
         }
     )
+
+
+@routes.get("/predictions")
+async def every_prediction(request: web.Request) -> web.Response:
+    """One page of every tenant's predictions (``?tenant=`` one tenant's), newest first:
+    ``{"next": URL or null, "results": [{"id", "tenant", "route", "arm", "provider",
+    "state", "created_at"}]}``; ``next`` carries the ``cursor``."""
+    tenant = request.query.get("tenant") or None
+    page = await request.config_dict[keys.PREDICTIONS].page(
+        request.query.get("cursor"), tenant=tenant)
+    next_url = None
+    if page.next_url is not None:
+        cursor = parse_qs(urlsplit(page.next_url).query)["cursor"][0]
+        query = {"cursor": cursor, **({"tenant": tenant} if tenant else {})}
+        next_url = f"{request.config_dict[keys.SETTINGS].gateway.public_url}/admin/predictions?" \
+            + urlencode(query)
+    results = [
+        {"id": j.id, "tenant": j.tenant, "route": j.route, "arm": j.arm,
+         "provider": j.provider, "state": j.state.value, "created_at": wire.timestamp(j.created_at)}
+        for j in page.jobs
+    ]
+    return json_response({"next": next_url, "results": results})

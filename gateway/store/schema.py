@@ -14,8 +14,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from contracts.auth import DEFAULT_TENANT, TENANT_CHARS
+
 __all__ = [
     "assets",
+    "console_sessions",
     "endpoints",
     "files",
     "jobs",
@@ -104,10 +107,12 @@ jobs = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Column("arm", sa.String(16), nullable=False, server_default="control"),
     sa.Column("shadow_of", sa.String(26)),
+    sa.Column("tenant", sa.String(TENANT_CHARS), nullable=False, server_default=DEFAULT_TENANT),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
     sa.Index("ix_jobs_shadow_of", "shadow_of"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
+    sa.Index("ix_jobs_tenant_created_at_id", "tenant", "created_at", "id"),  # a tenant's list
     sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),
 )
 
@@ -237,4 +242,18 @@ shadow_comparisons = sa.Table(
     sa.Column("comparison", sa.JSON, nullable=False),
     sa.Index("ix_shadow_comparisons_route_kind_created_at", "route", "kind", "created_at"),
     sa.Index("ix_shadow_comparisons_primary_id", "primary_id"),
+)
+
+# A console sign-in (docs/console.md, "Sessions"): the SHA-256 of the opaque session id
+# the browser holds (never the id, never the admin token: only its digest), the CSRF
+# token its forms carry, and its idle and absolute ends. Signing out deletes the row.
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(64), primary_key=True),
+    sa.Column("token_digest", sa.String(64), nullable=False),
+    sa.Column("csrf_token", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("seen_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
 )
