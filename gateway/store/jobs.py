@@ -250,7 +250,7 @@ class JobStore(Claims):
         if created_before is not None:
             query = query.where(jobs.c.created_at < created_before)
         query = query if tenant is None else query.where(jobs.c.tenant == tenant)
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             found = [_job(row) for row in await conn.execute(query)]
         return found[::-1] if after is not None else found
 
@@ -259,7 +259,7 @@ class JobStore(Claims):
         found: list[str] = []
         if not job_ids:
             return found
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             for start in range(0, len(job_ids), _BATCH):
                 chunk = job_ids[start : start + _BATCH]
                 query = sa.select(jobs.c.id).where(
