@@ -29,12 +29,12 @@ from gateway.store.engine import db
 from gateway.store.engine.aio import Connection, Engine
 from gateway.store.engine.fastwrite import FastWrites, sqlite_time
 from gateway.store.engine.group import Group, update_rows
-from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
-__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow", "endpoint_key"]
+__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "endpoint_key"]
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +48,6 @@ class Candidate:
     id: int
     url: str
     job_id: str
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one."""
-
-    id: int
-    job_id: str
-    msg_id: str
-    event: str
-    url: str
-    payload: str
-    attempts: int
 
 
 _DUE_SQL = (

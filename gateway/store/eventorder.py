@@ -14,17 +14,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.fastwrite import in_list, sqlite_time
 from gateway.store.reader import SqliteReads
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
-
-if TYPE_CHECKING:
-    from gateway.store.events import ProviderEvent
 
 __all__ = [
     "CLAIMABLE_SQL",

@@ -52,20 +52,10 @@ from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
-from gateway.store.records import ACTIVE
+from gateway.store.records import ACTIVE, ProviderEvent
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["ProviderEvent", "ProviderEvents"]
-
-
-@dataclass(frozen=True)
-class ProviderEvent:
-    """One stored provider webhook: ``body`` is the raw, verified request body."""
-
-    id: int
-    job_id: str
-    provider: str
-    body: bytes
+__all__ = ["ProviderEvents"]
 
 
 @dataclass(frozen=True)
