@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +26,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import lease
 from gateway.store.engine import db
 from gateway.store.engine.aio import Connection, Engine
-from gateway.store.engine.fastwrite import FastWrites, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, sqlite_time
 from gateway.store.engine.group import Group, update_rows
 from gateway.store.reader import SqliteReads
 from gateway.store.records import DeliveryStatus, OutboxRow
@@ -197,7 +196,7 @@ class DeliveryQueue(lease.Leasing):
 
 
 def _record_fast(
-    conn: sqlite3.Connection, group: list[tuple[int, dict[str, Any]]], owner: str
+    conn: SqliteConnection, group: list[tuple[int, dict[str, Any]]], owner: str
 ) -> list[bool]:
     """:meth:`DeliveryQueue._record_group` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`):
     each row updated while this process holds it."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import eventorder, lease
 from gateway.store.engine import db
 from gateway.store.engine.aio import Engine
-from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
@@ -365,7 +364,7 @@ _MARK_SQL = (
 )
 
 
-def _add_fast(conn: sqlite3.Connection, rows: list[dict[str, Any]], checks: _Checks
+def _add_fast(conn: SqliteConnection, rows: list[dict[str, Any]], checks: _Checks
               ) -> dict[tuple[str, str], int]:
     """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`)."""
     stored: dict[tuple[str, str], int] = {}
