@@ -44,7 +44,7 @@ from gateway.config.sections import (
     StorageSettings,
     WebhookSettings,
 )
-from gateway.rollout.settings import RouteSettings
+from gateway.rollout.spec import RouteSettings
 
 __all__ = [
     "AdminSettings",
