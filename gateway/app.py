@@ -105,7 +105,7 @@ def create_app(
     front = access.front_middleware(ApiTokens(assembly.api_tokens(settings)), limiter, metrics)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
-    app[keys.SETTINGS] = settings
+    app[keys.SETTINGS], app[keys.EDGE] = settings, keys.Edge.of(settings)
     app[keys.CLOCK] = clock
     app[keys.STARTED_AT] = clock.now()
     app[keys.NOTIFIER] = Notifier()

@@ -179,7 +179,7 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 405:
         return f"{request.method} is not allowed on {request.path}"
     if exc.status == 413:
-        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+        limit = request.app[keys.EDGE].max_body_bytes
         return f"the request body is larger than the limit of {limit} bytes"
     return exc.text or exc.reason
 
@@ -247,7 +247,7 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
-        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+        limit = request.app[keys.EDGE].max_body_bytes
         detail = f"the request body is larger than the limit of {limit} bytes"
         raise PayloadTooLarge(detail) from exc
     try:

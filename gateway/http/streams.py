@@ -35,7 +35,7 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
     ):
         raise NotFound(f"stream of prediction {job_id!r} does not exist")
     store = request.app[keys.STORE]
-    settings = request.app[keys.SETTINGS].gateway
+    settings = request.app[keys.EDGE]
     job = await store.get(job_id)
     response = web.StreamResponse(
         headers={
