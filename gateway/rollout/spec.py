@@ -210,6 +210,7 @@ class RouteSettings(RouteSpec):
     openapi_schema: dict[str, Any] | str | None = None
     strict_inputs: bool = False
     priority: int = Field(default=0, ge=-100, le=100)
+    tenants: list[str] | None = Field(default=None, min_length=1)
 
     @field_validator("model", "deployment")
     @classmethod

@@ -16,6 +16,7 @@ Configured in ``pyproject.toml`` (``[tool.importlinter]``).
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 from typing import Any
 
@@ -83,9 +84,14 @@ class AcyclicModulesContract(Contract):
     type_name = "acyclic_modules"
 
     packages = fields.ListField(subfield=fields.StringField())
+    ignore_imports = fields.ListField(subfield=fields.StringField(), required=False)
 
     def check(self, graph: Any, verbose: bool) -> ContractCheck:
         roots = {str(name) for name in self.packages}  # type: ignore[attr-defined]
+        graph = copy.deepcopy(graph)
+        for ignored in self.ignore_imports or ():  # type: ignore[attr-defined]
+            importer, imported = (part.strip() for part in str(ignored).split("->"))
+            graph.remove_import(importer=importer, imported=imported)
         cycles = []
         for module in sorted(m for m in graph.modules if m.split(".")[0] in roots):
             for imported in sorted(graph.find_modules_directly_imported_by(module)):
