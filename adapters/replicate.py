@@ -17,6 +17,8 @@ is the root as the Python client takes it, without ``/v1``.
 - Status: ``GET /v1/predictions/{id}``, mapped by :data:`STATUS_MAP`; ``aborted``
   (never started) is a failure, since the 1.x clients cannot read it.
 - Cancel: ``POST /v1/predictions/{id}/cancel``.
+- Lookup (the legacy provider, docs/cutover-day.md): ``GET /v1/predictions/{id}`` of a
+  prediction the gateway did not create, as the upstream's object.
 - Webhooks: Standard Webhooks (``webhook-id``, ``webhook-timestamp``,
   ``webhook-signature``), keyed by the account's secret from
   ``GET /v1/webhooks/default/secret``, fetched on first use and again (at most once a
@@ -170,6 +172,23 @@ class ReplicateAdapter:
         except ContractViolation as exc:
             return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
                                     raw_status="unreadable", error=exc.detail)
+
+    async def lookup(self, prediction_id: str) -> tuple[dict[str, Any], ProviderSnapshot] | None:
+        """The upstream's own object for ``prediction_id`` and its snapshot; None on 404.
+
+        Raises ``UpstreamRetryable`` (5xx, 429, cannot connect) and ``ContractViolation``
+        (an answer that is not a prediction).
+        """
+        response = await self._http.request("lookup", "GET", _path(prediction_id),
+                                            allow=(404,))
+        if response.status_code == 404:
+            return None
+        prediction = transport.parse(self.name, "lookup", response, _Prediction)
+        raw = transport.json_body(self.name, "lookup", response)
+        if prediction.id != prediction_id or not isinstance(raw, dict):
+            raise ContractViolation(f"{self.name}: the lookup of {prediction_id!r} answered "
+                                    f"another prediction ({prediction.id!r})")
+        return raw, prediction.snapshot()
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /v1/predictions/{id}/cancel``; True unless it was already over."""

@@ -16,12 +16,13 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
 
 from gateway import assembly, collector, retry
+from gateway.adoption import Adopter, LegacyLookup
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
@@ -263,6 +264,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             stream_secret=app[keys.SIGNING_SECRET],
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
+            adopter=_adopter(app, app[_FINALIZER]),
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),
@@ -283,6 +285,21 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             clock=clock,
         )
         yield
+
+
+def _adopter(app: web.Application, finalizer: Finalizer) -> Adopter | None:
+    """The adopter of ``[gateway] legacy_provider``'s predictions (docs/cutover-day.md)."""
+    gw = app[keys.SETTINGS].gateway
+    name = gw.legacy_provider
+    if name is None:
+        return None
+    return Adopter(
+        provider=name,  # kind "replicate" (the settings check): a ReplicateAdapter
+        adapter=lambda: cast(LegacyLookup, app[keys.PROVIDERS][name].adapter),
+        engine=app[_ENGINE], finalizer=finalizer, notifier=app[keys.NOTIFIER],
+        lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
+        unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
+    )
 
 
 async def _webhook_http(app: web.Application) -> AsyncIterator[None]:

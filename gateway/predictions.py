@@ -26,6 +26,7 @@ from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
 from gateway import ids, validation, wire
+from gateway.adoption import Adopter
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.notify import LoopName, Notifier
@@ -154,8 +155,10 @@ class PredictionService:
         stream_secret: str = "",
         keep_finished_bodies: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        adopter: Adopter | None = None,
     ) -> None:
         self._store = store
+        self._adopter = adopter  # ids the legacy provider started (docs/cutover-day.md)
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
@@ -263,26 +266,32 @@ class PredictionService:
             job = changed if changed is not None else await self._reader.get(job.id)
         return job
 
-    async def get(self, job_id: str) -> Job:
-        """The job; ``NotFound`` for an unknown or malformed id."""
+    async def get(self, job_id: str, owner: str | None = None) -> Job:
+        """The job; ``NotFound`` for an unknown or malformed id. An unknown one is looked
+        up at the legacy provider first, if any, and adopted for ``owner`` when found."""
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        job = await self._reader.get(job_id)
+        try:
+            job = await self._reader.get(job_id)
+        except NotFound:
+            if self._adopter is None:
+                raise
+            job = await self._adopter.adopt(job_id, owner)
         if job.arm in HIDDEN_ARMS:  # shadows are the operators' business, never the app's
             raise NotFound(f"prediction {job_id!r} does not exist")
         return job
 
-    async def get_json(self, job_id: str) -> bytes:
+    async def get_json(self, job_id: str, owner: str | None = None) -> bytes:
         """The prediction's JSON bytes: a finished one's from :mod:`gateway.bodies`,
         without reading the store; ``NotFound`` for an unknown or malformed id."""
         kept = self._bodies.get(job_id) if self._keep_bodies else None
         if kept is not None:
             return kept
-        return self.render(await self.get(job_id))
+        return self.render(await self.get(job_id, owner))
 
-    async def cancel(self, job_id: str) -> Job:
+    async def cancel(self, job_id: str, owner: str | None = None) -> Job:
         """Request a cancel (idempotent); a finished prediction is returned unchanged."""
-        job = await self.get(job_id)
+        job = await self.get(job_id, owner)
         if job.state.terminal:
             return job
         job = await self._store.request_cancel(job_id)

@@ -175,7 +175,7 @@ async def create_deployment_prediction(request: web.Request) -> web.Response:
 @_route("GET", "/predictions/{id}")
 async def get_prediction(request: web.Request) -> web.Response:
     """``GET /v1/predictions/{id}`` (§2.4)."""
-    body = await _service(request).get_json(request.match_info["id"])
+    body = await _service(request).get_json(request.match_info["id"], request.get(TOKEN_NAME))
     return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
@@ -183,7 +183,8 @@ async def get_prediction(request: web.Request) -> web.Response:
 async def cancel_prediction(request: web.Request) -> web.Response:
     """``POST /v1/predictions/{id}/cancel``: 200 with the current state, idempotent (§2.6)."""
     service = _service(request)
-    return json_response(service.prediction(await service.cancel(request.match_info["id"])))
+    job = await service.cancel(request.match_info["id"], request.get(TOKEN_NAME))
+    return json_response(service.prediction(job))
 
 
 @_route("GET", "/predictions")

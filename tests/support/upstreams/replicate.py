@@ -1,6 +1,7 @@
 """A fake Replicate API (docs/providers.md, "replicate"): creates by version, model and
 deployment, GET, cancel, ``/v1/files`` uploads, the webhook secret, and Standard
-Webhooks-signed events (start, completed)."""
+Webhooks-signed events (start, completed). Ids have Replicate's shape (26 lowercase
+characters); a prediction names its model and version and its real creation time."""
 
 from __future__ import annotations
 
@@ -33,7 +34,15 @@ class FakeReplicate(FakeUpstream):
     def __init__(self, **kwargs: Any) -> None:
         self.secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
         self.created_by: list[str] = []  # "version:<id>", "model:<o/n>", "deployment:<o/n>"
+        self.created_at: dict[str, datetime] = {}
+        self.facts: dict[str, dict[str, Any]] = {}  # id -> model, version, stream
         super().__init__(**kwargs)
+
+    def new_job(self, input_: dict[str, Any], webhook: str | None, scope: str = "",
+                job_id: str | None = None) -> UpJob:
+        job_id = job_id or base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
+        self.created_at[job_id] = datetime.now(UTC)
+        return super().new_job(input_, webhook, scope, job_id)
 
     def routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/predictions", self._by_version)
@@ -50,9 +59,13 @@ class FakeReplicate(FakeUpstream):
             "output": job.output if job.state in ("running", "succeeded") else None,
             "error": job.error, "logs": "\n".join(job.logs),
             "metrics": {"predict_time": 0.5} if job.terminal else {},
-            "created_at": "2026-01-01T00:00:00Z",
+            "created_at": _iso(self.created_at.get(job.id)),
+            "model": self.facts.get(job.id, {}).get("model", "acme/echo"),
+            "version": self.facts.get(job.id, {}).get("version", "hidden"),
             "urls": {"get": f"{self.url}/v1/predictions/{job.id}",
-                     "cancel": f"{self.url}/v1/predictions/{job.id}/cancel"},
+                     "cancel": f"{self.url}/v1/predictions/{job.id}/cancel",
+                     **({"stream": f"{self.url}/v1/streams/{job.id}"}
+                        if self.facts.get(job.id, {}).get("stream") else {})},
         }
 
     def webhook_for(self, job: UpJob, event: str) -> tuple[dict[str, str], bytes] | None:
@@ -77,6 +90,9 @@ class FakeReplicate(FakeUpstream):
             how = f"version:{data.get('version')}"
         self.created_by.append(how)
         job = self.new_job(data["input"], data.get("webhook"))
+        model = how.partition(":")[2] if how.startswith(("model:", "deployment:")) else None
+        self.facts[job.id] = {"model": model or "acme/echo", "stream": bool(data.get("stream")),
+                              "version": data.get("version") or "hidden"}
         return web.json_response(self.prediction(job), status=201)
 
     async def _by_version(self, request: web.Request) -> web.Response:
@@ -118,3 +134,7 @@ class FakeReplicate(FakeUpstream):
         self.files[name] = data
         return web.json_response({"id": name, "size": len(data),
                                   "urls": {"get": f"{self.url}/files/{name}"}}, status=201)
+
+
+def _iso(at: datetime | None) -> str:
+    return (at or datetime(2026, 1, 1, tzinfo=UTC)).isoformat().replace("+00:00", "Z")
