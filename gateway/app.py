@@ -16,13 +16,12 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from gateway import assembly, collector, retry
-from gateway.adoption import Adopter, LegacyLookup
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
@@ -32,6 +31,7 @@ from gateway.files.service import FileService
 from gateway.finalizer import Finalizer
 from gateway.http import (
     access,
+    admin,
     api,
     assets,
     files,
@@ -42,7 +42,6 @@ from gateway.http import (
     streams,
     uploads,
 )
-from gateway.http.admin import create_admin_app
 from gateway.http.middleware import ApiTokens
 from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
@@ -130,7 +129,7 @@ def create_app(
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp("/admin", create_admin_app(settings.admin.named_tokens()))
+    admin.mount(app, settings.admin)  # the admin API (Bearer) and the console (sessions)
     return app
 
 
@@ -246,11 +245,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         )
         app[keys.UPLOADS] = assembly.uploads(settings, copier, app[keys.STORAGE], store)
         app[_FINALIZER] = Finalizer(
-            store=store,
-            copier=copier,
+            store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS],
+            contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
@@ -264,7 +263,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             stream_secret=app[keys.SIGNING_SECRET],
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
-            adopter=_adopter(app, app[_FINALIZER]),
+            adopter=assembly.adopter(app, app[_ENGINE], app[_FINALIZER]),
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),
@@ -285,21 +284,6 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             clock=clock,
         )
         yield
-
-
-def _adopter(app: web.Application, finalizer: Finalizer) -> Adopter | None:
-    """The adopter of ``[gateway] legacy_provider``'s predictions (docs/cutover-day.md)."""
-    gw = app[keys.SETTINGS].gateway
-    name = gw.legacy_provider
-    if name is None:
-        return None
-    return Adopter(
-        provider=name,  # kind "replicate" (the settings check): a ReplicateAdapter
-        adapter=lambda: cast(LegacyLookup, app[keys.PROVIDERS][name].adapter),
-        engine=app[_ENGINE], finalizer=finalizer, notifier=app[keys.NOTIFIER],
-        lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
-        unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
-    )
 
 
 async def _webhook_http(app: web.Application) -> AsyncIterator[None]:

@@ -5,10 +5,13 @@ schemas. No I/O here; each piece does its own when used."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from contracts.errors import ConfigurationError, CutoverError
+from gateway.adoption import Adopter, LegacyLookup
 from gateway.config import Settings, WebhookSettings
+from gateway.finalizer import Finalizer
+from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
 from gateway.providers import Provider, file_hosts
@@ -17,11 +20,13 @@ from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
+from gateway.store.sessions import ConsoleSessions
+from gateway.validation import Schemas
 from gateway.webhooks import signing
 
 __all__ = [
-    "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
-    "storage_for", "uploads", "webhook_signer",
+    "adopter", "api_tokens", "open_routes", "output_file_hosts", "retention_loop",
+    "schema_fetcher", "storage_for", "uploads", "webhook_signer",
 ]
 
 
@@ -89,19 +94,20 @@ def uploads(
 
 def schema_fetcher(
     providers: Callable[[], dict[str, Provider]],
-) -> Callable[[str], Awaitable[dict[str, Any]]]:
-    """``openapi_schema = "provider"``: ask the provider's adapter for its document.
+) -> Callable[[str, str], Awaitable[dict[str, Any]]]:
+    """A route's schema from its provider (``openapi_schema = "provider"``, or none given):
+    ask the provider's adapter for the document of ``target``.
 
     ``providers`` gives the running adapters (they exist only once the app has started).
     """
 
-    async def fetch(provider_name: str) -> dict[str, Any]:
+    async def fetch(provider_name: str, target: str) -> dict[str, Any]:
         adapter = providers()[provider_name].adapter
         reader = getattr(adapter, "model_schema", None)
         if reader is None:
             raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
         try:
-            document: dict[str, Any] = await reader()
+            document: dict[str, Any] = await reader(target)
         except CutoverError as exc:
             raise ConfigurationError(
                 f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"
@@ -109,6 +115,11 @@ def schema_fetcher(
         return document
 
     return fetch
+
+
+def output_contract(settings: Settings, schemas: Schemas) -> OutputContract:
+    """Each route's ``Output`` schema, checked by the finalizer (gateway/conformance.py)."""
+    return OutputContract(settings.routes, schemas.document, schemas.cached)
 
 
 def retention_loop(app: Any, store: RetentionStore) -> Retention:
@@ -126,12 +137,35 @@ def retention_loop(app: Any, store: RetentionStore) -> Retention:
 
 async def open_routes(app: Any, engine: Any) -> None:
     """Routes as data and shadows (docs/canary.md): seed, load, and keep the services
-    under ``keys.ROUTES`` of ``app``."""
+    under ``keys.ROUTES`` of ``app``; the console's sessions (docs/console.md) under
+    ``keys.CONSOLE_SESSIONS``."""
     from gateway.http import keys  # the keys name this module's own types
 
     settings = app[keys.SETTINGS]
+    app[keys.CONSOLE_SESSIONS] = ConsoleSessions(
+        engine, idle_s=settings.admin.session_idle_s, max_s=settings.admin.session_max_s,
+        clock=app[keys.CLOCK],
+    )
     app[keys.ROUTES] = await routewiring.open_routes(
         engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS], app[keys.STORAGE],
         providers=list(settings.providers), public_url=settings.gateway.public_url,
         poll_interval_s=settings.gateway.route_poll_interval_s, clock=app[keys.CLOCK],
+    )
+
+
+def adopter(app: Any, engine: Any, finalizer: Finalizer) -> Adopter | None:
+    """The adopter of ``[gateway] legacy_provider``'s predictions (docs/cutover-day.md),
+    or None without one."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    gw = app[keys.SETTINGS].gateway
+    name = gw.legacy_provider
+    if name is None:
+        return None
+    return Adopter(
+        provider=name,  # kind "replicate" (the settings check): a ReplicateAdapter
+        adapter=lambda: cast(LegacyLookup, app[keys.PROVIDERS][name].adapter),
+        engine=engine, finalizer=finalizer, notifier=app[keys.NOTIFIER],
+        lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
+        unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
     )

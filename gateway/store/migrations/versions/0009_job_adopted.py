@@ -1,15 +1,15 @@
 """jobs.adopted and jobs.upstream: predictions adopted from the legacy provider
 (docs/cutover-day.md), with the upstream's own object as it was first read.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0009
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
