@@ -43,7 +43,8 @@ from gateway.rollout.spec import route_key
 from gateway.store.adoptions import insert_adopted
 from gateway.store.engine.aio import Engine
 
-__all__ = ["NEGATIVE_CACHE_IDS", "Adopter", "LegacyLookup"]
+__all__ = ["NEGATIVE_CACHE_IDS", "Adopter", "LegacyLookup", "adopted_row",
+           "upstream_time"]
 
 log = logging.getLogger(__name__)
 NEGATIVE_CACHE_IDS = 100_000
@@ -150,7 +151,8 @@ class Adopter:
             self._remember_unknown(job_id)
             raise _not_found(job_id)
         raw, snapshot = found
-        job, inserted = await insert_adopted(self._engine, self._row(raw, snapshot, owner))
+        row = adopted_row(self.provider, raw, snapshot, owner, self._clock.now())
+        job, inserted = await insert_adopted(self._engine, row)
         if not inserted:
             return job
         log.info("prediction_adopted", extra={"job_id": job_id, "provider": self.provider,
@@ -159,33 +161,6 @@ class Adopter:
             return await self._finalizer.finalize(job, snapshot)
         self._notifier.wake(LoopName.POLLER)
         return job
-
-    def _row(self, raw: dict[str, Any], snapshot: ProviderSnapshot,
-             owner: str | None) -> dict[str, Any]:
-        now = self._clock.now()
-        model = _text(raw.get("model")) or "legacy/unknown"
-        version = _text(raw.get("version")) or "hidden"
-        if len(version) > _VERSION_CHARS:
-            version = "hidden"
-        urls = raw.get("urls")
-        urls = urls if isinstance(urls, dict) else {}
-        state = snapshot.state if not snapshot.state.terminal else JobState.RUNNING
-        if state is JobState.CREATING:
-            state = JobState.QUEUED
-        started = _when(raw.get("started_at")) or (now if state is JobState.RUNNING else None)
-        return {
-            "id": snapshot.provider_job_id, "state": state.value,
-            "raw_status": snapshot.raw_status, "model": model[:255], "version": version,
-            "deployment": _text(raw.get("deployment")), "route": route_key(model, None)[:255],
-            "provider": self.provider, "provider_job_id": snapshot.provider_job_id,
-            "input": raw["input"] if isinstance(raw.get("input"), dict) else {},
-            "logs": None, "created_at": _when(raw.get("created_at")) or now,
-            "updated_at": now, "submitted_at": now, "started_at": started,
-            "next_attempt_at": now + timedelta(seconds=_FINISHED_POLL_DELAY_S)
-            if snapshot.state.terminal else now, "attempts": 0,
-            "callback_token": ids.callback_token(), "stream": bool(urls.get("stream")),
-            "owner": owner, "adopted": True, "upstream": raw,
-        }
 
     def _known_unknown(self, job_id: str) -> bool:
         at = self._unknown.get(job_id)
@@ -212,6 +187,47 @@ class Adopter:
         return True
 
 
+def adopted_row(provider: str, raw: dict[str, Any], snapshot: ProviderSnapshot,
+                owner: str | None, now: datetime) -> dict[str, Any]:
+    """The ``jobs`` row of an upstream prediction adopted at ``now``: submitted, active
+    (a terminal one's outcome is the finalizer's, or the importer's, to write), its model,
+    version, input and creation time the upstream's, the upstream object kept."""
+    model = _text(raw.get("model")) or "legacy/unknown"
+    version = _text(raw.get("version")) or "hidden"
+    if len(version) > _VERSION_CHARS:
+        version = "hidden"
+    urls = raw.get("urls")
+    urls = urls if isinstance(urls, dict) else {}
+    state = snapshot.state if not snapshot.state.terminal else JobState.RUNNING
+    if state is JobState.CREATING:
+        state = JobState.QUEUED
+    started = upstream_time(raw.get("started_at"))
+    started = started or (now if state is JobState.RUNNING else None)
+    later = now + timedelta(seconds=_FINISHED_POLL_DELAY_S)
+    return {
+        "id": snapshot.provider_job_id, "state": state.value,
+        "raw_status": snapshot.raw_status, "model": model[:255], "version": version,
+        "deployment": _text(raw.get("deployment")), "route": route_key(model, None)[:255],
+        "provider": provider, "provider_job_id": snapshot.provider_job_id,
+        "input": raw["input"] if isinstance(raw.get("input"), dict) else {},
+        "created_at": upstream_time(raw.get("created_at")) or now, "updated_at": now,
+        "submitted_at": now, "started_at": started,
+        "next_attempt_at": later if snapshot.state.terminal else now, "attempts": 0,
+        "callback_token": ids.callback_token(), "stream": bool(urls.get("stream")),
+        "owner": owner, "adopted": True, "upstream": raw,
+    }
+
+
+def upstream_time(value: Any) -> datetime | None:
+    """An upstream timestamp (``created_at``...) as a UTC datetime; None if unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value, "created_at")
+    except ContractViolation:
+        return None
+
+
 def _not_found(job_id: str) -> NotFound:
     return NotFound(f"prediction {job_id!r} does not exist")
 
@@ -219,11 +235,3 @@ def _not_found(job_id: str) -> NotFound:
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
-
-def _when(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value, "created_at")
-    except ContractViolation:
-        return None

@@ -10,10 +10,10 @@ from typing import Any, cast
 from contracts.errors import ConfigurationError, CutoverError
 from gateway.adoption import Adopter, LegacyLookup
 from gateway.config import Settings, WebhookSettings
-from gateway.finalizer import Finalizer
 from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
+from gateway.finalizer import Finalizer
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
 from gateway.rollout import wiring as routewiring

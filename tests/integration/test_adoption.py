@@ -18,7 +18,7 @@ import pytest
 import replicate
 import sqlalchemy as sa
 
-from gateway import ids
+from gateway import cli, ids
 from gateway.store.engine import db
 from gateway.store.schema import jobs
 from tests.support.background import BackgroundLoop
@@ -37,6 +37,8 @@ class Cutover:
     url: str
     database_url: str
     upstream: FakeReplicate
+    config_path: Path
+    loop: BackgroundLoop
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -67,7 +69,7 @@ def cutover(request: pytest.FixtureRequest,
         }
         process = GatewayProcess(config, workdir).start()
         stack.callback(process.stop)
-        yield Cutover(process.url, database_url, upstream)
+        yield Cutover(process.url, database_url, upstream, process.config_path, loop)
 
 
 def _client(url: str, token: str) -> Iterator[replicate.Client]:
@@ -91,18 +93,23 @@ def before(cutover: Cutover) -> Iterator[replicate.Client]:
     yield from _client(cutover.upstream.url, REPLICATE_TOKEN)
 
 
-def _row(cutover: Cutover, job_id: str) -> dict[str, Any]:
-    async def read() -> dict[str, Any]:
+def _rows(cutover: Cutover, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    async def read() -> dict[str, dict[str, Any]]:
         engine = db.create_engine(cutover.database_url)
         try:
             async with engine.connect() as conn:
-                row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
+                found = await conn.execute(sa.select(jobs).where(jobs.c.id.in_(job_ids)))
+                return {row.id: dict(row._mapping) for row in found}
         finally:
             await engine.dispose()
-        assert row is not None, f"{job_id} is not stored"
-        return dict(row._mapping)
 
     return run_sync(read())
+
+
+def _row(cutover: Cutover, job_id: str) -> dict[str, Any]:
+    found = _rows(cutover, [job_id])
+    assert job_id in found, f"{job_id} is not stored"
+    return found[job_id]
 
 
 def test_a_prediction_started_upstream_is_read_and_waited_on_and_its_file_is_owned(
@@ -187,3 +194,45 @@ def test_unknown_ids_cost_a_bounded_number_of_upstream_lookups(cutover: Cutover)
     assert made <= BURST + PER_S * elapsed + 1, (made, elapsed)
     assert asked.count(unknown[0]) == 1  # the negative cache answers its repeats
     assert set(answers[500:]) == {404}
+
+
+def test_import_twice_stores_each_finished_prediction_once_and_lists_them_in_time_order(
+    cutover: Cutover, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeded = cutover.loop.run(cutover.upstream.seed(500))  # newest first, a minute apart
+    gone = seeded[10:13]
+    for job_id in gone:  # the upstream already deleted these files
+        del cutover.upstream.files[f"{job_id}.txt"]
+    argv = ["import", "--config", str(cutover.config_path), "--from", "r8", "--since", "30d"]
+    assert cli.main(argv) == 0
+    first = capsys.readouterr()
+    assert "page 1:" in first.err and " imported, " in first.out
+    rows = _rows(cutover, seeded)
+    assert len(rows) == 500
+    assert all(r["adopted"] and r["state"] == "completed" for r in rows.values())
+    assert {i for i, r in rows.items() if r["data_removed"]} == set(gone)
+    assert all(rows[i]["output"] is None for i in gone)
+    assert cli.main(argv) == 0  # twice: nothing added
+    assert capsys.readouterr().out.startswith("0 imported, ")
+    assert len(_rows(cutover, seeded)) == 500
+    cutover.upstream.files.clear()
+    owned = rows[seeded[0]]["output"]
+    assert owned.startswith(cutover.url) and httpx.get(owned, timeout=10).content == b"P0"
+    assert [i for i in _listed(cutover) if i in set(seeded)] == seeded
+
+
+def test_import_refuses_a_provider_that_is_not_the_replicate_kind(cutover: Cutover) -> None:
+    argv = ["import", "--config", str(cutover.config_path), "--from", "nope", "--since", "1d"]
+    assert cli.main(argv) == 2
+
+
+def _listed(cutover: Cutover) -> list[str]:
+    """Every prediction id GET /v1/predictions shows, page after page (newest first)."""
+    listed: list[str] = []
+    url: str | None = f"{cutover.url}/v1/predictions"
+    with httpx.Client(timeout=10, headers={"Authorization": f"Bearer {LIVE_TOKEN}"}) as http:
+        while url is not None:
+            page = http.get(url).json()
+            listed += [p["id"] for p in page["results"]]
+            url = page["next"]
+    return listed

@@ -9,7 +9,7 @@ import base64
 import json
 import secrets
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -51,6 +51,7 @@ class FakeReplicate(FakeUpstream):
         router.add_post("/v1/models/{owner}/{name}/predictions", self._by_model)
         router.add_post("/v1/deployments/{owner}/{name}/predictions", self._by_deployment)
         router.add_get("/v1/predictions/{id}", self._get)
+        router.add_get("/v1/predictions", self._list)
         router.add_post("/v1/predictions/{id}/cancel", self._cancel)
         router.add_get("/v1/webhooks/default/secret", self._secret)
         router.add_post("/v1/files", self._upload)
@@ -138,6 +139,32 @@ class FakeReplicate(FakeUpstream):
             return web.json_response({"detail": "Not found", "status": 404}, status=404)
         return web.json_response(self.prediction(job))
 
+    async def seed(self, count: int, *, every_s: float = 60.0) -> list[str]:
+        """``count`` succeeded predictions, one ``every_s`` seconds into the past (the
+        newest now), each with a file output; their ids, newest first."""
+        made = []
+        for n in range(count):
+            job = self.new_job({"prompt": f"p{n}", "output_kind": "file"}, None)
+            self.created_at[job.id] = datetime.now(UTC) - timedelta(seconds=every_s * n)
+            self.finish(job)
+            made.append(job.id)
+        return made
+
+    async def _list(self, request: web.Request) -> web.Response:
+        """Newest first, 100 a page; ``cursor`` is the position (opaque to clients)."""
+        if (answer := self.faulted("list", request)) is not None:
+            return answer
+        ordered = sorted((j for j in self.jobs.values() if not j.expired),
+                         key=lambda j: self.created_at.get(j.id, _EPOCH), reverse=True)
+        start = int(request.query.get("cursor", "0"))
+        page = ordered[start:start + 100]
+        more = start + 100 < len(ordered)
+        return web.json_response({
+            "previous": None,
+            "next": f"{self.url}/v1/predictions?cursor={start + 100}" if more else None,
+            "results": [self.prediction(j) for j in page],
+        })
+
     async def _cancel(self, request: web.Request) -> web.Response:
         if (answer := self.faulted("cancel", request)) is not None:
             return answer
@@ -160,5 +187,8 @@ class FakeReplicate(FakeUpstream):
                                   "urls": {"get": f"{self.url}/files/{name}"}}, status=201)
 
 
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 def _iso(at: datetime | None) -> str:
-    return (at or datetime(2026, 1, 1, tzinfo=UTC)).isoformat().replace("+00:00", "Z")
+    return (at or _EPOCH).isoformat().replace("+00:00", "Z")
