@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ContractViolation, NotFound, ServiceUnavailable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
@@ -105,10 +106,11 @@ class Adopter:
         self._clock = clock
         self.lookups = 0  # upstream lookups made (tests and metrics read it)
 
-    async def adopt(self, job_id: str, owner: str | None = None) -> Job:
+    async def adopt(self, job_id: str, tenant: str = DEFAULT_TENANT) -> Job:
         """The adopted job for ``job_id`` (stored now, or by a concurrent call).
 
-        ``owner`` (the caller's API token name) owns it, as if it had created it.
+        It belongs to ``tenant`` (the caller's), as if that tenant had created it; a call
+        of another tenant meanwhile finds it and is answered 404.
 
         Raises
         ------
@@ -124,7 +126,7 @@ class Adopter:
             raise _not_found(job_id)
         running = self._inflight.get(job_id)
         if running is not None:
-            return await asyncio.shield(running)
+            return _for(await asyncio.shield(running), tenant)
         if not self._take_token():
             raise ServiceUnavailable(
                 f"prediction {job_id!r} is not known here and the lookups at the legacy "
@@ -133,25 +135,25 @@ class Adopter:
         future: asyncio.Future[Job] = asyncio.get_running_loop().create_future()
         self._inflight[job_id] = future
         try:
-            job = await self._look_up(job_id, owner)
+            job = await self._look_up(job_id, tenant)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: nobody else may be waiting
             raise
         else:
             future.set_result(job)
-            return job
+            return _for(job, tenant)
         finally:
             del self._inflight[job_id]
 
-    async def _look_up(self, job_id: str, owner: str | None) -> Job:
+    async def _look_up(self, job_id: str, tenant: str) -> Job:
         self.lookups += 1
         found = await self._adapter().lookup(job_id)
         if found is None:
             self._remember_unknown(job_id)
             raise _not_found(job_id)
         raw, snapshot = found
-        row = adopted_row(self.provider, raw, snapshot, owner, self._clock.now())
+        row = adopted_row(self.provider, raw, snapshot, tenant, self._clock.now())
         job, inserted = await insert_adopted(self._engine, row)
         if not inserted:
             return job
@@ -188,7 +190,7 @@ class Adopter:
 
 
 def adopted_row(provider: str, raw: dict[str, Any], snapshot: ProviderSnapshot,
-                owner: str | None, now: datetime) -> dict[str, Any]:
+                tenant: str, now: datetime) -> dict[str, Any]:
     """The ``jobs`` row of an upstream prediction adopted at ``now``: submitted, active
     (a terminal one's outcome is the finalizer's, or the importer's, to write), its model,
     version, input and creation time the upstream's, the upstream object kept."""
@@ -214,7 +216,7 @@ def adopted_row(provider: str, raw: dict[str, Any], snapshot: ProviderSnapshot,
         "submitted_at": now, "started_at": started,
         "next_attempt_at": later if snapshot.state.terminal else now, "attempts": 0,
         "callback_token": ids.callback_token(), "stream": bool(urls.get("stream")),
-        "owner": owner, "adopted": True, "upstream": raw,
+        "tenant": tenant, "adopted": True, "upstream": raw,
     }
 
 
@@ -226,6 +228,13 @@ def upstream_time(value: Any) -> datetime | None:
         return parse_time(value, "created_at")
     except ContractViolation:
         return None
+
+
+def _for(job: Job, tenant: str) -> Job:
+    """``job`` if ``tenant``'s (a row adopted meanwhile may be another tenant's)."""
+    if job.tenant != tenant:
+        raise _not_found(job.id)
+    return job
 
 
 def _not_found(job_id: str) -> NotFound:

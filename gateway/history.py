@@ -64,6 +64,7 @@ class ImportSummary:
 async def import_history(
     *,
     provider: str,
+    tenant: str,
     lister: PredictionLister,
     engine: Engine,
     copier: OutputCopier,
@@ -73,8 +74,8 @@ async def import_history(
     progress: Callable[[ImportSummary], None] = lambda summary: None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> ImportSummary:
-    """Import the legacy provider's finished predictions created at or after ``since``;
-    ``progress`` is called after each page.
+    """Import the legacy provider's finished predictions created at or after ``since``
+    into ``tenant``; ``progress`` is called after each page.
 
     Raises ``UpstreamRetryable`` / ``ContractViolation`` when a page cannot be read
     (what was stored before stays: run it again to resume).
@@ -95,8 +96,8 @@ async def import_history(
             elif not snapshot.state.terminal:
                 summary.active += 1
             else:
-                await _store(provider, raw, snapshot, engine, copier, file_hosts, summary,
-                             clock)
+                await _store((provider, tenant), raw, snapshot, engine, copier, file_hosts,
+                             summary, clock)
         progress(summary)
         if older or url is None:
             return summary
@@ -121,11 +122,12 @@ def _within(results: Sequence[dict[str, Any]], since: datetime, summary: ImportS
     return page, False
 
 
-async def _store(provider: str, raw: dict[str, Any], snapshot: ProviderSnapshot,
+async def _store(where: tuple[str, str], raw: dict[str, Any], snapshot: ProviderSnapshot,
                  engine: Engine, copier: OutputCopier, file_hosts: Collection[str],
                  summary: ImportSummary, clock: Clock) -> None:
     now = clock.now()
-    row = adopted_row(provider, raw, snapshot, None, now)
+    provider, tenant = where
+    row = adopted_row(provider, raw, snapshot, tenant, now)
     output, records, gone = None, list[AssetRecord](), False
     if snapshot.state is JobState.COMPLETED:
         try:

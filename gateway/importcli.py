@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, ContractViolation
 from contracts.times import parse_time
 from gateway import assembly
@@ -37,6 +38,8 @@ def add_command(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> N
                          help="how far back: 30d, 12h, 90m, or an ISO 8601 time")
     command.add_argument("--limit", type=int, default=None,
                          help="import at most this many predictions")
+    command.add_argument("--tenant", default=DEFAULT_TENANT,
+                         help="the tenant the predictions belong to (default: default)")
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -56,6 +59,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     if conf is None or conf.kind != "replicate":
         raise ConfigurationError(f"--from {args.source!r} names no provider of kind "
                                  "'replicate' in the configuration")
+    if args.tenant != DEFAULT_TENANT and args.tenant not in {t.name for t in settings.tenants}:
+        raise ConfigurationError(f"--tenant {args.tenant!r} is not a [[tenants]] entry")
     if args.limit is not None and args.limit < 1:
         raise ContractViolation("--limit must be at least 1")
     since = parse_since(args.since, SYSTEM_CLOCK.now())
@@ -72,9 +77,10 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                               allowed_types=gw.allowed_output_types,
                               download_timeout_s=gw.output_download_timeout_s)
         summary = await import_history(
-            provider=args.source, lister=cast(PredictionLister, adapter), engine=engine,
-            copier=copier, file_hosts=assembly.output_file_hosts(settings)[args.source],
-            since=since, limit=args.limit, progress=_progress,
+            provider=args.source, tenant=args.tenant,
+            lister=cast(PredictionLister, adapter), engine=engine, copier=copier,
+            file_hosts=assembly.output_file_hosts(settings)[args.source], since=since,
+            limit=args.limit, progress=_progress,
         )
     finally:
         await adapter.aclose()

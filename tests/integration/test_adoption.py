@@ -29,6 +29,7 @@ from tests.support.upstreams.replicate import REPLICATE_TOKEN, FakeReplicate
 from tests.support.waiting import wait_until_sync
 
 BURST, PER_S = 5, 1.0
+BILLING_TOKEN = "r8_billing_tenant_token"  # a test value, not a credential
 TERMINAL = {"succeeded", "failed", "canceled"}
 
 
@@ -66,6 +67,7 @@ def cutover(request: pytest.FixtureRequest,
                                  "token_env": "IT_LEGACY_TOKEN", "fetch_interval_s": 0.2,
                                  "fetch_max_interval_s": 0.5}},
             "routes": [{"model": "acme/echo", "version": ECHO_VERSION, "provider": "r8"}],
+            "tenants": [{"name": "billing", "api_tokens": [BILLING_TOKEN]}],
         }
         process = GatewayProcess(config, workdir).start()
         stack.callback(process.stop)
@@ -168,6 +170,19 @@ def test_a_prediction_started_upstream_is_cancelled_through_cutover(
     wait_until_sync(lambda: (p.reload(), p.status in TERMINAL)[1], what="the cancel")
     assert p.status == "canceled"
     assert cutover.upstream.jobs[started.id].cancel_requested
+
+
+def test_an_adopted_prediction_belongs_to_the_tenant_that_asked_first(
+    cutover: Cutover, before: replicate.Client
+) -> None:
+    started = before.predictions.create(version=ECHO_VERSION, input={"prompt": "mine"})
+    billing = {"Authorization": f"Bearer {BILLING_TOKEN}"}
+    other = {"Authorization": f"Bearer {LIVE_TOKEN}"}
+    url = f"{cutover.url}/v1/predictions/{started.id}"
+    assert httpx.get(url, headers=billing, timeout=10).status_code == 200
+    assert _row(cutover, started.id)["tenant"] == "billing"
+    assert httpx.get(url, headers=other, timeout=10).status_code == 404  # not looked up again
+    assert httpx.post(url + "/cancel", headers=other, timeout=10).status_code == 404
 
 
 def test_an_id_the_upstream_does_not_know_is_404(cutover: Cutover,

@@ -1,15 +1,15 @@
 """jobs.adopted and jobs.upstream: predictions adopted from the legacy provider
 (docs/cutover-day.md), with the upstream's own object as it was first read.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
