@@ -30,8 +30,9 @@ from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider, provider_ref
-from gateway.store.events import ProviderEvent, ProviderEvents
+from gateway.store.events import ProviderEvents
 from gateway.store.jobs import JobStore
+from gateway.store.records import ProviderEvent
 
 __all__ = ["EventProcessor", "Intake"]
 

@@ -45,7 +45,7 @@ from gateway.config.sections import (
     StorageSettings,
     WebhookSettings,
 )
-from gateway.rollout.settings import RouteSettings
+from gateway.rollout.spec import RouteSettings
 
 __all__ = [
     "AdminSettings",
@@ -108,6 +108,10 @@ class GatewaySettings(_Section):
     stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
     route_poll_interval_s: float = Field(default=1.0, gt=0, le=1.5)
     guard_interval_s: float = Field(default=5.0, gt=0, le=50.0)
+    legacy_provider: str | None = None  # adopts unknown ids (docs/cutover-day.md)
+    legacy_lookups_per_s: float = Field(default=2.0, gt=0)
+    legacy_lookup_burst: int = Field(default=20, ge=1)
+    legacy_unknown_ttl_s: float = Field(default=60.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -283,6 +287,10 @@ class Settings(BaseSettings):
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")
             seen.add(key)
+        legacy = self.gateway.legacy_provider
+        if legacy is not None and getattr(self.providers.get(legacy), "kind", None) != "replicate":
+            raise ValueError(f"[gateway] legacy_provider = {legacy!r} must name a provider of "
+                             "kind 'replicate' (docs/cutover-day.md)")
         return self
 
     @model_validator(mode="after")

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,24 +47,14 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import eventorder, lease
 from gateway.store.engine import db
 from gateway.store.engine.aio import Engine
-from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
-from gateway.store.records import ACTIVE
+from gateway.store.records import ACTIVE, ProviderEvent
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["ProviderEvent", "ProviderEvents"]
-
-
-@dataclass(frozen=True)
-class ProviderEvent:
-    """One stored provider webhook: ``body`` is the raw, verified request body."""
-
-    id: int
-    job_id: str
-    provider: str
-    body: bytes
+__all__ = ["ProviderEvents"]
 
 
 @dataclass(frozen=True)
@@ -382,7 +371,7 @@ _MARK_SQL = (
 )
 
 
-def _add_fast(conn: sqlite3.Connection, rows: list[dict[str, Any]], checks: _Checks
+def _add_fast(conn: SqliteConnection, rows: list[dict[str, Any]], checks: _Checks
               ) -> dict[tuple[str, str], int]:
     """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`)."""
     stored: dict[tuple[str, str], int] = {}

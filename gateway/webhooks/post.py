@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from yarl import URL
 
-from gateway.store.deliveries import OutboxRow
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.webhooks import connector, ssrf
 from gateway.webhooks.attempt import Attempt, Decision
 
