@@ -16,12 +16,13 @@ from gateway.retention import Retention
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
+from gateway.translator import Translator
 from gateway.uploads import Uploads
 from gateway.webhooks import signing
 
 __all__ = [
     "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
-    "storage_for", "uploads", "webhook_signer",
+    "storage_for", "translator", "uploads", "webhook_signer",
 ]
 
 
@@ -135,3 +136,13 @@ async def open_routes(app: Any, engine: Any) -> None:
         providers=list(settings.providers), public_url=settings.gateway.public_url,
         poll_interval_s=settings.gateway.route_poll_interval_s, clock=app[keys.CLOCK],
     )
+
+
+def translator(app: Any) -> Translator:
+    """The maps of the app's routes, with each adapter's default input map
+    (docs/translation.md); after the providers are open."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    providers = app[keys.PROVIDERS]
+    defaults = {name: p.adapter.capabilities.input_map for name, p in providers.items()}
+    return Translator(app[keys.ROUTER], defaults)

@@ -275,6 +275,10 @@ class Settings(BaseSettings):
             for name in (route.provider, route.candidate):
                 if name is not None and name not in self.providers:
                     raise ValueError(f"route {route.model} names unknown provider {name!r}")
+            for name in route.maps:
+                if name not in self.providers:
+                    raise ValueError(f"route {route.model} has maps for unknown provider "
+                                     f"{name!r} ([routes.maps.PROVIDER] names a provider)")
             key = (route.model, route.version)
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")

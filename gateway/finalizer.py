@@ -16,10 +16,12 @@ from typing import Any
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
+from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.outputs import AssetError, OutputCopier, has_files
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.translator import Translator
 
 __all__ = ["Finalizer"]
 
@@ -37,7 +39,9 @@ class Finalizer:
         notifier: Notifier,
         file_hosts: Mapping[str, Collection[str]] | None = None,
         metrics: Metrics | None = None,
+        translator: Translator | None = None,
     ) -> None:
+        self._translator = translator
         self._store = store
         self._copier = copier
         self._notifier = notifier
@@ -71,12 +75,16 @@ class Finalizer:
         neither output nor logs: its outcome is :meth:`finalize`'s to record. An output
         that still holds provider files (``data:`` URIs, URLs on the provider's file
         hosts) is withheld until the terminal copy: apps never see provider-native shapes
-        that change at the end (docs/lifecycle.md, "Interim output").
+        that change at the end (docs/lifecycle.md, "Interim output"). The route's output
+        map runs first (an interim output it fails on is withheld).
         """
         if snapshot.state.terminal:
             return Progress(JobState.QUEUED, snapshot.raw_status)
         state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
-        output = snapshot.output
+        try:
+            output = self._mapped_output(job, snapshot.output)
+        except MapError:  # withheld; the final output's map fails the prediction
+            output = None
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
             output = None
         return Progress(state, snapshot.raw_status, output, snapshot.logs)
@@ -98,7 +106,12 @@ class Finalizer:
             return Outcome(state=snapshot.state, error=snapshot.error, **base)
         hosts = self._file_hosts.get(job.provider, ())
         try:
-            output, records = await self._copier.copy(job.id, snapshot.output, hosts)
+            mapped = self._mapped_output(job, snapshot.output)
+        except MapError as exc:
+            log.warning("output_map_failed", extra={"job_id": job.id, "error": exc.detail})
+            return Outcome(state=JobState.FAILED, error=exc.detail, **base)
+        try:
+            output, records = await self._copier.copy(job.id, mapped, hosts)
         except AssetError as exc:
             log.warning("output_copy_failed", extra={"job_id": job.id, "error": exc.detail})
             return Outcome(state=JobState.FAILED, error=exc.detail, **base)
@@ -107,6 +120,11 @@ class Finalizer:
             error = f"the output could not be stored ({type(exc).__name__})"
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
+
+    def _mapped_output(self, job: Job, output: Any) -> Any:
+        """The route's output map for the job's provider on ``output`` (docs/translation.md):
+        before files are copied, so only the URLs it keeps are fetched."""
+        return output if self._translator is None else self._translator.output(job, output)
 
     async def _record(self, job: Job, outcome: Outcome) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a

@@ -4,7 +4,8 @@ A route's *spec* is what an operator changes while the gateway runs: the control
 ``provider``, the ``candidate``, the canary and shadow percents, the caller key that
 makes the canary sticky, the guard thresholds, and the shadow input policy
 (:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
-and comparison thresholds (:class:`shadow.thresholds.Thresholds`).
+and comparison thresholds (:class:`shadow.thresholds.Thresholds`), and its ``maps``
+per provider (:class:`gateway.maps.MapSpec`, docs/translation.md).
 The config file seeds it; the store holds it (:mod:`gateway.store.routes`). Every model
 here is frozen and refuses unknown fields, so a malformed change is refused whole.
 """
@@ -18,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.maps import MapSpec, map_problems
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
@@ -143,6 +145,7 @@ class RouteSpec(_Frozen):
     shadow_policy: ShadowPolicy | None = None
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+    maps: dict[str, MapSpec] = Field(default_factory=dict)
 
     @field_validator("caller_key", mode="before")
     @classmethod
@@ -157,6 +160,8 @@ class RouteSpec(_Frozen):
             raise ValueError("shadow_percent needs a candidate provider")
         if self.candidate is not None and self.candidate == self.provider:
             raise ValueError("the candidate must be another provider than the control")
+        if problems := map_problems(self.maps):
+            raise ValueError("; ".join(problems))
         return self
 
     def stored(self) -> dict[str, Any]:

@@ -198,6 +198,14 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+def _maps(maps: dict[str, Any]) -> list[str]:
+    """``maps        PROVIDER input: JQ`` lines (docs/translation.md), or ``maps  none``."""
+    lines = [f"maps        {provider} {side}: {programs[side]}"
+             for provider, programs in sorted(maps.items())
+             for side in ("input", "output") if programs.get(side) is not None]
+    return lines or ["maps        none"]
+
+
 def _show(shown: dict[str, Any]) -> str:
     spec = shown["spec"]
     lines = [
@@ -207,6 +215,7 @@ def _show(shown: dict[str, Any]) -> str:
         f"canary      {_pct(spec['canary_percent'])} (caller key: {spec['caller_key']})",
         f"shadow      {_pct(spec['shadow_percent'])}",
         f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}",
+        *_maps(spec.get("maps") or {}),
         "",
     ]
     arms: list[tuple[str, ...]] = [

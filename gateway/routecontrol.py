@@ -16,9 +16,12 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from contracts.errors import ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
+from gateway.maps import MapSpec, map_problems
 from gateway.route import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
 
@@ -138,12 +141,30 @@ class RouteControl:
             name = update.get(field)
             if name is not None and name not in self._providers:
                 raise ContractViolation(f"{field} {name!r} is not a configured provider")
+        if "maps" in update:
+            self._check_maps(key, update["maps"])
         if problem := reason_problem(reason):
             raise ContractViolation(problem)
         entry = await self._book.change(key, who=who, action=action, reason=reason,
                                         update=update)
         assert entry is not None
         return entry
+
+    def _check_maps(self, key: str, maps: Any) -> None:
+        """A live ``maps`` change names configured providers and compiles, else a
+        ``ContractViolation`` naming the route (and jq's message); nothing changes."""
+        try:
+            parsed = TypeAdapter(dict[str, MapSpec]).validate_python(maps)
+        except ValidationError as exc:
+            raise ContractViolation(f"route {key!r}: maps must be "
+                                    '{"PROVIDER": {"input": "JQ", "output": "JQ"}}: '
+                                    f"{exc.errors(include_url=False)[0]['msg']}") from None
+        unknown = sorted(set(parsed) - self._providers)
+        if unknown:
+            raise ContractViolation(f"route {key!r}: maps for {', '.join(unknown)}, "
+                                    "not configured provider(s)")
+        if problems := map_problems(parsed):
+            raise ContractViolation(f"route {key!r}: " + "; ".join(problems))
 
     async def spec(self, key: str) -> RouteSpec:
         """The stored spec of a configured route (``NotFound`` otherwise)."""

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.replicate import VERSION_ID_RE
+from gateway.maps import MapSpec, map_problems
 from gateway.route import CallerKey, GuardSettings, ShadowBudget, parse_caller_key, route_key
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
@@ -42,7 +43,9 @@ class RouteSettings(_Section):
     ``shadow_policy`` (none: nothing is shadowed) also run hidden, within
     ``shadow_budget``: on the candidate, or for ``baseline_percent`` of them on the control
     a second time (the noise baseline), compared under ``shadow_thresholds``;
-    ``guard`` rolls the canary back on a breach. These seed the route's live spec in the
+    ``guard`` rolls the canary back on a breach. ``maps.PROVIDER`` holds jq programs that
+    reshape the input and output whenever that provider serves the route
+    (docs/translation.md). These seed the route's live spec in the
     store on first start (docs/canary.md); later changes go through ``cutover routes``.
     """
 
@@ -63,6 +66,7 @@ class RouteSettings(_Section):
     shadow_policy: ShadowPolicy | None = None
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+    maps: dict[str, MapSpec] = Field(default_factory=dict)
 
     @field_validator("caller_key", mode="before")
     @classmethod
@@ -100,4 +104,13 @@ class RouteSettings(_Section):
             raise ValueError("shadow_percent needs a candidate provider")
         if self.candidate is not None and self.candidate == self.provider:
             raise ValueError("the candidate must be another provider than the control")
+        return self
+
+    @model_validator(mode="after")
+    def _maps_compile(self) -> RouteSettings:
+        """A map that does not compile stops the gateway (and ``cutover check``) naming
+        the route, the provider and jq's message (docs/translation.md)."""
+        if problems := map_problems(self.maps):
+            key = route_key(self.model, self.version)
+            raise ValueError(f"route {key}: " + "; ".join(problems))
         return self

@@ -93,6 +93,7 @@ class FakeUpstream:
         self.faults: deque[Fault] = deque()
         self.deliveries: list[Delivery] = []
         self.requests: list[tuple[str, str]] = []
+        self.fetched: list[str] = []  # names of files read from /files/{name}
         self.ssl_context: ssl.SSLContext | None = None
         self.app = web.Application(client_max_size=64 * 1024**2)
         self.app.router.add_get("/files/{name}", self._file)
@@ -270,6 +271,7 @@ class FakeUpstream:
             pass  # like most providers here: one attempt (tests deliver by hand otherwise)
 
     async def _file(self, request: web.Request) -> web.Response:
+        self.fetched.append(request.match_info["name"])
         data = self.files.get(request.match_info["name"])
         if data is None:
             return web.Response(status=404)
