@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-
 __all__ = [
     "API_PATHS", "DEFAULT_MAPS", "IMAGE_KEYS", "SAMPLING_KEYS", "Api", "build_request",
     "output_of",

@@ -69,7 +69,8 @@ def test_the_adapter_adds_model_and_stream_to_the_mapped_body() -> None:
 def _job(route: str, provider: str) -> Job:
     return Job.model_validate({
         "id": "j1", "model": "acme/llm", "version": "hidden", "route": route,
-        "provider": provider, "input": {}, "state": "creating", "created_at": "2026-01-01T00:00:00Z",
+        "provider": provider, "input": {}, "state": "creating",
+        "created_at": "2026-01-01T00:00:00Z",
     })
 
 
