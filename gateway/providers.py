@@ -11,11 +11,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from adapters.port import Adapter
 from contracts.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Provider", "build_adapter", "credential", "file_hosts", "missing_credentials"]
 
@@ -88,12 +91,14 @@ def build_adapter(
     api: str | None = None,
     stream: bool | None = None,
     jwks_url: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
     The arguments are ``[providers.NAME]``'s (docs/providers.md), ``token`` the
     credential itself (:func:`credential`). None (or ``""``) leaves the adapter's own
-    default: nothing here restates one.
+    default: nothing here restates one. ``transport`` replaces the network for the
+    adapter's HTTP client (``cutover routes translate`` captures the request with it).
 
     Raises
     ------
@@ -102,7 +107,7 @@ def build_adapter(
     """
     options = _given(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
-        fetch_max_interval_s=fetch_max_interval_s,
+        fetch_max_interval_s=fetch_max_interval_s, transport=transport,
     )
     if kind == "cog":
         from adapters.cog import CogAdapter
@@ -120,6 +125,7 @@ def build_adapter(
         from adapters.fake import FakeAdapter
 
         options.pop("request_timeout_s", None)
+        options.pop("transport", None)
         return FakeAdapter(name=name, **options)
     hosted = _given(base_url=base_url or None, rate_limit_per_s=rate_limit_per_s)
     if kind == "fal":

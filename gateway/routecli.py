@@ -5,6 +5,9 @@
 ``cutover routes set-canary ROUTE PERCENT --reason T`` send PERCENT of callers to the candidate
 ``cutover routes rollback ROUTE --reason T``           canary back to 0
 ``cutover routes set-shadow ROUTE PERCENT --reason T`` shadow PERCENT of control predictions
+``cutover routes translate ROUTE --provider P --input JSON [--output JSON]``
+                                                      a dry run of the route's maps and
+                                                      schema checks (gateway/dryrun.py)
 
 ``cutover shadow report --route R [--since T] [--format md|json|html] [--output FILE]``
                                                       the route's shadow-diff report
@@ -31,7 +34,7 @@ from typing import Any
 
 from contracts.errors import CutoverError
 from contracts.times import parse_time
-from gateway import assembly
+from gateway import assembly, dryrun
 from gateway.config import Settings
 from gateway.routecontrol import RouteControl, reason_problem
 from gateway.routesync import seed
@@ -73,6 +76,7 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
         command.add_argument("route")
         command.add_argument("percent", help="0 to 100")
         command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    dryrun.add_command(actions, common)
     back = common(actions.add_parser("rollback", help="canary back to 0"))
     back.add_argument("route")
     back.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
@@ -118,6 +122,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 ShadowStore(engine), storage, public_url=settings.gateway.public_url,
             )
             return await _report(control, pairs, args)
+        if args.action == "translate":
+            return await dryrun.run(settings, await control.spec(args.route), args)
         return await _act(control, args)
     finally:
         if storage is not None:
