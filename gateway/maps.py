@@ -102,7 +102,8 @@ def compile_problem(program: str | None) -> str | None:
 
 
 def run(program: str, value: Any, *, what: str) -> Any:
-    """``program``'s one result for ``value``, integers beyond 2^53 kept exactly.
+    """``program``'s one result for ``value``, integers beyond 2^53 kept exactly (only an
+    input holding one has its result walked for marked integers).
 
     ``what`` names the map in the error (``"the input map of provider 'fal'"``).
 
@@ -111,8 +112,9 @@ def run(program: str, value: Any, *, what: str) -> Any:
     MapError
         jq's run-time error, or the program gave no result or more than one.
     """
+    protected = _protect(value)
     try:
-        results = iter(compiled(program).input_value(_protect(value)))
+        results = iter(compiled(program).input_value(protected))
         first = next(results, _MISSING)
         extra = next(results, _MISSING) if first is not _MISSING else _MISSING
     except ValueError as exc:
@@ -122,7 +124,7 @@ def run(program: str, value: Any, *, what: str) -> Any:
     if extra is not _MISSING:
         raise MapError(f"{what} gave more than one value (a map must give exactly one; "
                        "wrap a stream in [...])")
-    return _restore(first)
+    return first if protected is value else _restore(first)
 
 
 def falls_back_on_false(program: str, boolean_keys: set[str]) -> list[str]:

@@ -80,9 +80,12 @@ class Translator:
 
 
 def input_of(program: str, value: dict[str, Any], provider: str) -> dict[str, Any]:
-    """``program`` run on an input: one JSON object, or a :class:`MapError`."""
+    """``program`` run on an input: one JSON object without its top-level ``null``
+    values (``{prompt, seed}`` sends no ``seed`` when the app gave none; a provider
+    then applies its own default: docs/translation.md, "Input maps"), or a
+    :class:`MapError`."""
     mapped = maps.run(program, value, what=f"the input map of provider {provider!r}")
     if not isinstance(mapped, dict):
         raise MapError(f"the input map of provider {provider!r} gave "
                        f"{type(mapped).__name__}, not a JSON object")
-    return mapped
+    return {key: item for key, item in mapped.items() if item is not None}

@@ -15,6 +15,7 @@ import pytest
 
 from gateway import maps
 from gateway.maps import MapSpec
+from gateway.translator import input_of
 
 PRESETS = Path(__file__).parents[2] / "examples" / "maps"
 NAMES = sorted(p.name for p in PRESETS.glob("*.toml"))
@@ -27,7 +28,7 @@ def load(name: str) -> tuple[MapSpec, dict[str, Any]]:
 
 
 def request_of(spec: MapSpec, data: dict[str, Any]) -> Any:
-    return data if spec.input is None else maps.run(spec.input, data, what="input")
+    return data if spec.input is None else input_of(spec.input, data, "p")
 
 
 def test_the_three_presets_the_docs_name_are_there() -> None:

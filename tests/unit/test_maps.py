@@ -112,3 +112,10 @@ def test_routes_show_prints_the_routes_maps(
     assert "maps        fal input: {prompt}\nmaps        fal output: [.images[].url]\n" in out
     assert cli.main(["routes", "show", "acme/sdxl", "--json", "--config", str(config)]) == 0
     assert '"maps": {\n      "fal": {\n        "input": "{prompt}"' in capsys.readouterr().out
+
+
+def test_an_input_maps_top_level_nulls_are_not_sent() -> None:
+    from gateway.translator import input_of
+
+    mapped = input_of("{prompt, seed, size: {width}}", {"prompt": "p"}, "fal")
+    assert mapped == {"prompt": "p", "size": {"width": None}}  # only the top level
