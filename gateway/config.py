@@ -272,13 +272,9 @@ class Settings(BaseSettings):
     def _routes_name_providers(self) -> Settings:
         seen: set[tuple[str, str | None]] = set()
         for route in self.routes:
-            for name in (route.provider, route.candidate):
+            for name in (route.provider, route.candidate, *route.maps):  # maps.PROVIDER too
                 if name is not None and name not in self.providers:
                     raise ValueError(f"route {route.model} names unknown provider {name!r}")
-            for name in route.maps:
-                if name not in self.providers:
-                    raise ValueError(f"route {route.model} has maps for unknown provider "
-                                     f"{name!r} ([routes.maps.PROVIDER] names a provider)")
             key = (route.model, route.version)
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")

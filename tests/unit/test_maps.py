@@ -98,7 +98,7 @@ def test_check_refuses_maps_for_a_provider_that_is_not_configured(
     text = CONFIG.format(tmp=tmp_path).replace("[routes.maps.fal]", "[routes.maps.runpod]")
     config.write_text(text.replace("'{prompt, image_size: {width, height}'", "'.'"))
     assert cli.main(["check", "--config", str(config)]) == 2  # a configuration error
-    assert "has maps for unknown provider 'runpod'" in capsys.readouterr().err
+    assert "names unknown provider 'runpod'" in capsys.readouterr().err
 
 
 def test_routes_show_prints_the_routes_maps(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import mimetypes
 import ssl
 import time
 import uuid
@@ -275,7 +276,8 @@ class FakeUpstream:
         data = self.files.get(request.match_info["name"])
         if data is None:
             return web.Response(status=404)
-        return web.Response(body=data, content_type="text/plain")
+        kind = mimetypes.guess_type(request.match_info["name"])[0] or "text/plain"
+        return web.Response(body=data, content_type=kind)
 
 
 def json_body(request_body: bytes) -> Any:
