@@ -1,10 +1,9 @@
 """``create_app(settings)``: the aiohttp application and everything it owns.
 
 Each resource lives in its own cleanup context, created at start-up and closed at
-shutdown in reverse order (STYLE.md rules 7, 8): the database engine (migrations applied
-at start), the provider adapters, the HTTP client for output files, the SSRF-guarded
-HTTP client for outbound webhooks, then the background loops (dispatcher, poller, reaper,
-provider-event processor, webhook delivery). The admin API is a sub-application under
+shutdown in reverse order: the database engine (migrations applied at start), the
+provider adapters, the HTTP clients for output files and (SSRF-guarded) outbound
+webhooks, then the background loops. The admin API is a sub-application under
 ``/admin`` with its own tokens (:mod:`gateway.http.admin`).
 """
 
@@ -22,11 +21,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway import assembly, collector
+from gateway import assembly, collector, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
-from gateway.files import FileService
+from gateway.files.inputs import InputStager
+from gateway.files.outputs import OutputCopier
+from gateway.files.service import FileService
 from gateway.finalizer import Finalizer
 from gateway.http import (
     access,
@@ -42,22 +43,21 @@ from gateway.http import (
 )
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import ApiTokens
-from gateway.inputs import InputStager
+from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop, NextDue
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter, credential
-from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper, next_work
-from gateway.routing import Router
-from gateway.store import checkpoint, db, lease, secrets
+from gateway.rollout.router import Router
+from gateway.store import lease, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
+from gateway.store.engine import checkpoint, db
 from gateway.store.events import ProviderEvents
 from gateway.store.files import FileStore
 from gateway.store.handoff import Handoff
@@ -67,7 +67,7 @@ from gateway.store.reader import JobReader
 from gateway.store.retention import RetentionStore
 from gateway.validation import Schemas
 from gateway.watch import Watcher
-from gateway.webhooks import delivery, post, retry, signing, ssrf
+from gateway.webhooks import delivery, post, signing, ssrf
 from gateway.webhooks.deadletter import DeadLetters
 
 __all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve", "signing_secret"]
@@ -165,7 +165,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     engine = db.create_engine(settings.gateway.database_url,
                               statement_timeout_s=settings.gateway.database_statement_timeout_s)
-    checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/checkpoint.py)
+    checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/engine/checkpoint.py)
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine

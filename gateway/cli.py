@@ -13,7 +13,7 @@
 The ``webhooks`` commands work directly on the configured database (``--config``), so
 they also work while no gateway runs; a running gateway sends replayed events within
 its loop interval. Times are ISO 8601 (``2026-05-01T12:00:00Z``; no zone means UTC).
-The ``routes`` commands are described in :mod:`gateway.routecli` (docs/canary.md).
+The ``routes`` commands are described in :mod:`gateway.rollout.cli` (docs/canary.md).
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, logs, providers, routecli, startchecks
+from gateway import app, healthcheck, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
-from gateway.envnames import ignored_environment
-from gateway.store import db
+from gateway.config import checks as startchecks
+from gateway.config.envnames import ignored_environment
+from gateway.rollout import cli as routecli
 from gateway.store.deadletters import DeadLetterRows
+from gateway.store.engine import db
 from gateway.validation import schema_problem
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 

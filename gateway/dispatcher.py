@@ -50,23 +50,22 @@ from contracts.errors import (
 )
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import boundary, fairness, logs
+from gateway import boundary, fairness, logs, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
+from gateway.files.inputs import InputStager
+from gateway.files.outputs import AssetError
 from gateway.finalizer import Finalizer
-from gateway.inputs import InputStager
 from gateway.loop import Loop
 from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError
 from gateway.providers import Provider
 from gateway.reaper import ASKS_BEFORE_GIVING_UP, why_never_started
-from gateway.shadowgate import DROPPED, ShadowGate
+from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.translator import Translator
-from gateway.webhooks import retry
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
@@ -116,7 +115,7 @@ class Dispatcher(Loop):
         self._stager = stager
         self._last_served: dict[str, float] = {}
         self._served_tick = 0.0
-        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
+        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files/service.py).
         self._resolve_input = resolve_input or (lambda value: value)
         self._store = store
         self._providers = providers

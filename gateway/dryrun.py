@@ -30,7 +30,7 @@ from contracts.errors import ConfigurationError, ContractViolation, CutoverError
 from contracts.snapshot import SubmitRequest
 from gateway import maps, providers
 from gateway.config import RouteSettings, Settings
-from gateway.route import RouteSpec, route_key
+from gateway.rollout.spec import RouteSpec, route_key
 from gateway.translator import input_of
 from gateway.validation import PROVIDER_SCHEMA, InputValidator, load_schema
 

@@ -16,10 +16,10 @@ from typing import Any
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
+from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError, OutputCopier, has_files
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
 from gateway.translator import Translator
 

@@ -22,16 +22,15 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from contracts.errors import WebhookVerificationError
-from gateway import boundary
+from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.files.outputs import off_loop
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import off_loop
 from gateway.providers import Provider
 from gateway.store.events import ProviderEvent, ProviderEvents
 from gateway.store.jobs import JobStore
-from gateway.webhooks import retry
 
 __all__ = ["EventProcessor", "Intake"]
 

@@ -25,17 +25,17 @@ from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
-from gateway import ids, shadowgate, validation
+from gateway import ids, validation, wire
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.http import wire
 from gateway.notify import LoopName, Notifier
-from gateway.route import HIDDEN_ARMS
-from gateway.routing import Caller, Router
+from gateway.rollout import shadowgate
+from gateway.rollout.router import Caller, Router
+from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
-from gateway.webhooks import signing, ssrf
+from gateway.webhooks import ssrf
 
 __all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
            "parse_prefer_wait"]
@@ -200,7 +200,7 @@ class PredictionService:
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
-        await self._router.refresh()  # live route changes (gateway.routesync)
+        await self._router.refresh()  # live route changes (gateway.rollout.sync)
         routed = self._router.resolve(request, job_id)
         if self._schemas is not None:  # a bad input is refused before any row or call
             await self._schemas.check(routed.route, request.input)
@@ -385,7 +385,7 @@ def _check_carriable(request: CreatePrediction) -> None:
     except (TypeError, orjson.JSONEncodeError):
         pass
     try:
-        signing.compact_json(request.input)
+        wire.compact_json(request.input)
     except (ValueError, TypeError) as exc:
         raise ContractViolation(f"input cannot be carried in JSON: {exc}") from None
 

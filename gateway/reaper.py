@@ -35,13 +35,13 @@ from contracts.job import Job, JobState
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
-from gateway.http.wire import timestamp
 from gateway.loop import Loop, NextDue
 from gateway.notify import LoopName, Notifier
 from gateway.poller import provider_ref
 from gateway.providers import Provider
-from gateway.shadowgate import WAITED, ShadowGate
+from gateway.rollout.shadowgate import WAITED, ShadowGate
 from gateway.store.jobs import JobStore
+from gateway.wire import timestamp
 
 __all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper", "next_work", "why_never_started"]
 

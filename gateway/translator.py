@@ -12,14 +12,13 @@ copied to owned storage.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from contracts.errors import NotFound
 from contracts.job import Job
 from gateway import maps
 from gateway.maps import MapError, MapSpec
-from gateway.routing import Router
 
 __all__ = ["Translator"]
 
@@ -29,21 +28,23 @@ class Translator:
 
     Parameters
     ----------
-    router : Router
-        The live route specs (their ``maps``).
+    maps_of : Callable[[str], Mapping[str, MapSpec]]
+        Route name -> its live ``maps`` (``router.spec(key).maps``); ``NotFound`` for a
+        route no longer configured.
     default_inputs : Mapping[str, str | None]
         Provider name -> its adapter's default input map (a jq program), if any.
     """
 
-    def __init__(self, router: Router, default_inputs: Mapping[str, str | None]) -> None:
-        self._router = router
+    def __init__(self, maps_of: Callable[[str], Mapping[str, MapSpec]],
+                 default_inputs: Mapping[str, str | None]) -> None:
+        self._maps_of = maps_of
         self._defaults = dict(default_inputs)
 
     def spec(self, route: str, provider: str) -> MapSpec:
         """The maps ``provider`` runs for ``route``: the route's, the adapter's default
         input map where the route has none."""
         try:
-            own = self._router.spec(route).maps.get(provider)
+            own = self._maps_of(route).get(provider)
         except NotFound:  # a job of a route no longer configured
             own = None
         default = self._defaults.get(provider)

@@ -5,7 +5,7 @@ line per request (docs/logging.md, docs/limits.md, docs/replicate-api.md §1, §
 to 128 of ``A-Za-z0-9._:-``), else makes one, and returns it on every response (streamed
 ones too, through :func:`add_request_id` on ``on_response_prepare``); checks the API token
 outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`); applies
-:class:`gateway.ratelimit.Limiter` to requests that carry a token; turns every error into
+:class:`gateway.http.ratelimit.Limiter` to requests that carry a token; turns every error into
 problem+json (:func:`gateway.http.middleware.problem_for`); and logs ``request`` with the
 method, the route *template* (never a path with ids or capability tokens in it), the
 status, the duration, the request id and the API token's name (never the token).
@@ -35,8 +35,8 @@ from gateway.http.middleware import (
     Handler,
     problem_for,
 )
+from gateway.http.ratelimit import Limiter
 from gateway.metrics import Metrics
-from gateway.ratelimit import Limiter
 
 __all__ = ["REQUEST_ID", "RateLimited", "add_request_id", "front_middleware", "route_of"]
 

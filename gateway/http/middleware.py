@@ -24,9 +24,10 @@ from pydantic import BaseModel, ValidationError
 from contracts.auth import bearer_token, credentials
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
-from gateway.http import keys, wire
-from gateway.store import db
-from gateway.store import errors as store_errors
+from gateway import wire
+from gateway.http import keys
+from gateway.store.engine import db
+from gateway.store.engine import errors as store_errors
 
 __all__ = [
     "ADMIN_ROOT",

@@ -31,7 +31,7 @@ from contracts.errors import ContractViolation
 from contracts.times import parse_time
 from gateway.http import keys
 from gateway.http.middleware import json_response, presented_token
-from gateway.routecontrol import RouteControl
+from gateway.rollout.control import RouteControl
 
 __all__ = ["ADMIN_TOKENS", "routes"]
 

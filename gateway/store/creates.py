@@ -29,7 +29,7 @@ import asyncio
 
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store.group import Group
+from gateway.store.engine.group import Group
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.records import new_row
 from gateway.store.schema import jobs
@@ -43,7 +43,7 @@ _New = tuple[NewJob, NewJob | None]  # a create and its shadow
 
 class CreateBatcher:
     """Commits new jobs in groups (see the module docstring): a
-    :class:`gateway.store.group.Group` whose group is one multi-row ``INSERT`` and whose
+    :class:`gateway.store.engine.group.Group` whose group is one multi-row ``INSERT`` and whose
     item alone is :meth:`gateway.store.jobs.JobStore.create`.
 
     Parameters

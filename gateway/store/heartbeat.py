@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from gateway.clock import Clock
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import provider_events
 
 if TYPE_CHECKING:

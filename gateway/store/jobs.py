@@ -19,10 +19,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from contracts.errors import Conflict, NotFound
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.route import HIDDEN_ARMS
-from gateway.store import applying, errors, outbox
-from gateway.store.aio import Connection, Engine
+from gateway.rollout.spec import HIDDEN_ARMS
+from gateway.store import applying, outbox
 from gateway.store.claims import Claims
+from gateway.store.engine import errors
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.handoff import Handoff
 from gateway.store.heartbeat import RENEWALS_PER_LEASE
 from gateway.store.ordering import moves_back, outcome_values, progress_values
@@ -360,8 +361,7 @@ class JobStore(Claims):
         allowed: list[str],
         also: Callable[[Connection], Awaitable[object]] | None = None,
     ) -> Job | None:
-        """One guarded write, committed with the writes that arrive together
-        (:mod:`gateway.store.writes`)."""
+        """One guarded write, group-committed (:mod:`gateway.store.writes`)."""
         return await self._writes.write(Write(job_id, decide, allowed, also))
 
     # --- the terminal write ------------------------------------------------------------
@@ -375,7 +375,7 @@ class JobStore(Claims):
         Raises
         ------
         ValueRefused
-            The store refuses a value of the outcome (:func:`gateway.store.errors.refused`);
+            The store refuses a value of the outcome (:func:`gateway.store.engine.errors.refused`);
             a transient error is raised as is, so the caller retries rather than fail it.
         """
         try:

@@ -32,12 +32,10 @@ import sqlalchemy as sa
 
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
-from gateway import logs
-from gateway.http import wire
-from gateway.store.aio import Connection
-from gateway.store.errors import ValueRefused
+from gateway import logs, wire
+from gateway.store.engine.aio import Connection
+from gateway.store.engine.errors import ValueRefused
 from gateway.store.schema import outbox
-from gateway.webhooks import signing
 
 if TYPE_CHECKING:
     from gateway.store.handoff import Handed, Handoff
@@ -190,7 +188,7 @@ class Planner:
             return Plan()
         try:
             body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
-            payload = signing.compact_json(body.wire()).decode()
+            payload = wire.compact_json(body.wire()).decode()
         except (ValueError, TypeError) as exc:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc
         return Plan(events, payload)

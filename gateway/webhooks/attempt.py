@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from contracts.replicate import WebhookEvent
+from gateway import retry
 from gateway.store.outbox import DeliveryStatus
-from gateway.webhooks import retry
 
 __all__ = ["Attempt", "Decision", "decide"]
 

@@ -19,7 +19,7 @@ import httpx
 import sqlalchemy as sa
 
 from adapters.fake import FakeAdapter
-from gateway.store import db
+from gateway.store.engine import db
 from gateway.store.schema import jobs, outbox
 from tests.support.gateway import TOKEN, VERSION, settings_dict
 from tests.support.process import GatewayProcess, listen_port

@@ -9,7 +9,8 @@ from typing import Any
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from gateway.store import db, schema
+from gateway.store import schema
+from gateway.store.engine import db
 
 
 def _differences(connection: Any) -> list[Any]:

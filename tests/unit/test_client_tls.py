@@ -19,7 +19,7 @@ from adapters.cog import CogAdapter
 from adapters.remote_fake import RemoteFakeAdapter
 from adapters.tls import client_context
 from contracts.errors import UpstreamUnreachable
-from gateway import download
+from gateway.files import download
 
 
 def _context_of(client: httpx.AsyncClient) -> ssl.SSLContext:

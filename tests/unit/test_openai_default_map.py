@@ -14,8 +14,8 @@ from adapters.openai_mapping import DEFAULT_MAPS, build_request
 from contracts.job import Job
 from gateway import maps
 from gateway.maps import MapError
-from gateway.routesettings import RouteSettings
-from gateway.routing import Router
+from gateway.rollout.router import Router
+from gateway.rollout.settings import RouteSettings
 from gateway.translator import Translator
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -82,7 +82,9 @@ def test_a_routes_own_input_map_replaces_the_adapters_default() -> None:
         RouteSettings(model="acme/own", provider="llm",
                       maps={"llm": {"input": "{messages: [{role: \"user\", content: .q}]}"}}),
     ]
-    translator = Translator(Router(routes), {"llm": adapter.capabilities.input_map})
+    router = Router(routes)
+    translator = Translator(lambda key: router.spec(key).maps,
+                            {"llm": adapter.capabilities.input_map})
     default = translator.input(_job("acme/llm", "llm"), "llm", {"prompt": "hi"})
     assert default == {"messages": [{"role": "user", "content": "hi"}]}
     own = translator.input(_job("acme/own", "llm"), "llm", {"q": "yo"})

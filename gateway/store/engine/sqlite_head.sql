@@ -1,5 +1,5 @@
 -- The SQLite schema the alembic migrations build, rendered by
--- `python -m gateway.store.freshdb` (gateway/store/freshdb.py). Do not edit.
+-- `python -m gateway.store.engine.freshdb`. Do not edit.
 -- alembic revision: 0006
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 

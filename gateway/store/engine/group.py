@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from contracts.errors import ServiceUnavailable
-from gateway.store.aio import Connection
+from gateway.store.engine.aio import Connection
 
 __all__ = ["Group", "update_rows"]
 

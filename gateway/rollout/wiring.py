@@ -12,17 +12,17 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.guardloop import Guard
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
-from gateway.routecontrol import RouteControl
-from gateway.routesync import RouteSync, seed
-from gateway.routing import Router
-from gateway.shadowgate import ShadowGate
-from gateway.shadowpairs import ShadowComparisons
+from gateway.rollout.control import RouteControl
+from gateway.rollout.guardloop import Guard
+from gateway.rollout.router import Router
+from gateway.rollout.shadowgate import ShadowGate
+from gateway.rollout.shadowpairs import ShadowComparisons
+from gateway.rollout.sync import RouteSync, seed
 from gateway.storage import Storage
-from gateway.store.db import Engine
+from gateway.store.engine.db import Engine
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
 

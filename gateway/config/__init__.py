@@ -34,8 +34,7 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
-from gateway.routesettings import RouteSettings
-from gateway.sections import (
+from gateway.config.sections import (
     AdminSettings,
     AdminToken,
     FilesSettings,
@@ -45,6 +44,7 @@ from gateway.sections import (
     StorageSettings,
     WebhookSettings,
 )
+from gateway.rollout.settings import RouteSettings
 
 __all__ = [
     "AdminSettings",
@@ -82,7 +82,7 @@ class GatewaySettings(_Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     database_url: str = "sqlite+aiosqlite:///./cutover.db"
-    database_statement_timeout_s: float = Field(default=60.0, gt=0)  # PostgreSQL: store/db.py
+    database_statement_timeout_s: float = Field(default=60.0, gt=0)  # PostgreSQL (store/engine/db)
     storage_url: str = "file://./cutover-assets"
     api_tokens: list[SecretStr] = Field(default_factory=list)
     named_api_tokens: dict[str, SecretStr] = Field(default_factory=dict)

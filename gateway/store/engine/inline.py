@@ -12,7 +12,7 @@ so the event loop never stalls:
 
 * the database is locked by another process (``SQLITE_BUSY``: the connection's busy
   timeout is 0 on the loop): the call is made again on a thread, which waits up to the
-  usual busy timeout (:data:`gateway.store.db.SQLITE_BUSY_TIMEOUT_S`);
+  usual busy timeout (:data:`gateway.store.engine.db.SQLITE_BUSY_TIMEOUT_S`);
 * a parameter is large (a provider webhook body carrying a file): its copy into SQLite
   grows with its size.
 

@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from contracts.errors import CutoverError
-from gateway import guard
-from gateway.route import RouteSpec
+from gateway.rollout import guard
+from gateway.rollout.spec import RouteSpec
 from gateway.storage import LocalStorage, Storage
 from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
 from shadow.outcome import Outcome, OutputFile, read_path
@@ -100,7 +100,7 @@ class ShadowComparisons:
 
     async def pair_stats(self, route: str, spec: RouteSpec, since: datetime) -> guard.PairStats:
         """Candidate pairs since ``since``, their contract breaks, and the breach sentence
-        against the guard's ``max_contract_break_rate`` (for :mod:`gateway.guardloop`)."""
+        against the guard's ``max_contract_break_rate`` (for :mod:`gateway.rollout.guardloop`)."""
         found = await self.compared(route, "shadow", since, GUARD_PAIRS)
         from shadow import noise  # not at start-up (docs/benchmarks.md)
 

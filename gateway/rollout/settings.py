@@ -12,7 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from contracts.replicate import VERSION_ID_RE
 from gateway.maps import MapSpec, map_problems
-from gateway.route import CallerKey, GuardSettings, ShadowBudget, parse_caller_key, route_key
+from gateway.rollout.spec import (
+    CallerKey,
+    GuardSettings,
+    ShadowBudget,
+    parse_caller_key,
+    route_key,
+)
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 

@@ -2,8 +2,8 @@
 
 By default SQLite checkpoints automatically (``wal_autocheckpoint`` = 1,000 pages) inside
 whichever commit pushes the WAL past 1,000 pages. In this process every SQLite write
-commits on the event loop thread (:mod:`gateway.store.inline`,
-:mod:`gateway.store.fastwrite`), so that commit took about 3.6 ms once every ~70 creates
+commits on the event loop thread (:mod:`gateway.store.engine.inline`,
+:mod:`gateway.store.engine.fastwrite`), so that commit took about 3.6 ms once every ~70 creates
 and stalled every request meanwhile: it set the p99 of creates (docs/benchmarks.md,
 "Shadow on the create path: the p99 tail is SQLite's WAL checkpoint").
 
@@ -47,7 +47,7 @@ import weakref
 
 from sqlalchemy import event
 
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 
 __all__ = ["Checkpointer", "close", "for_engine", "for_file", "install"]
 

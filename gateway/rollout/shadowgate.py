@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 
 from contracts.errors import NotFound
 from contracts.job import Job
-from gateway import canary, ids
+from gateway import ids
 from gateway.metrics import Metrics
-from gateway.route import HIDDEN_ARMS
-from gateway.routing import Routed, Router
+from gateway.rollout import canary
+from gateway.rollout.router import Routed, Router
+from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 

@@ -15,7 +15,7 @@ uses the engine, which behaves exactly as before:
 * not a SQLite file (PostgreSQL, ``:memory:``);
 * the database is locked: by another process, or by this process's engine connection in
   the middle of a transaction waiting on a worker thread (a large value, a locked
-  database; :mod:`gateway.store.inline`). The busy timeout here is 0: never a wait on
+  database; :mod:`gateway.store.engine.inline`). The busy timeout here is 0: never a wait on
   the loop;
 * any ``sqlite3`` error inside (rolled back first): the engine's run raises it the way
   SQLAlchemy wraps it, which is what callers handle;
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from gateway.store import checkpoint, db
-from gateway.store.aio import Engine
+from gateway.store.engine import checkpoint, db
+from gateway.store.engine.aio import Engine
 
 __all__ = ["FastWrites", "in_list", "sqlite_time"]
 

@@ -5,7 +5,7 @@ candidate predictions finished within the guard's window (and after the route's 
 change) and the candidate's stuck ones (not taken ``max_queue_s`` after their create),
 publishes their counts, error rates, p95 latency and the stuck count as gauges, and —
 when the route has a guard and its canary is above 0 — judges them
-(:func:`gateway.guard.evaluate`, plus the shadow contract-break rate from
+(:func:`gateway.rollout.guard.evaluate`, plus the shadow contract-break rate from
 ``pair_stats``). A breach sets the canary to 0
 in one guarded, audited change (who ``guard``, the reason, the samples), logs
 ``canary_rolled_back`` and counts it in ``cutover_guard_rollbacks_total``. Several
@@ -19,13 +19,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from gateway import guard
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.route import RouteSpec
-from gateway.routing import Router
+from gateway.rollout import guard
+from gateway.rollout.router import Router
+from gateway.rollout.spec import RouteSpec
 from gateway.store.routes import RouteBook
 
 __all__ = ["DEFAULT_WINDOW_S", "Guard", "PairStatsSource", "arm_stats", "stuck_span"]

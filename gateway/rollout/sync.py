@@ -17,7 +17,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.routing import Router
+from gateway.rollout.router import Router
 from gateway.store.routes import RouteBook
 
 __all__ = ["RouteSync"]
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class RouteSync(Loop):
-    """Keeps a :class:`gateway.routing.Router` in step with the store's routes."""
+    """Keeps a :class:`gateway.rollout.router.Router` in step with the store's routes."""
 
     name = LoopName.ROUTES
 

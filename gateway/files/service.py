@@ -22,9 +22,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from contracts.errors import NotFound, ServiceUnavailable
-from gateway import ids
+from gateway import ids, wire
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.http import wire
 from gateway.storage import Storage
 from gateway.store.files import FileRecord, FileStore
 

@@ -6,13 +6,13 @@ of a second (importing alembic and PostgreSQL's dialect, six revisions in batch 
 statement of every table and index, read back from ``sqlite_master`` of a database the
 migrations built, and the ``alembic_version`` row. :func:`create_at_head` runs it on a
 database that has no table yet; every other store (an older revision, PostgreSQL) is
-migrated by alembic as before (:func:`gateway.store.db.migrate`).
+migrated by alembic as before (:func:`gateway.store.engine.db.migrate`).
 
 The script names the revision it was rendered at; a script behind the migrations' head
 is never used (alembic runs instead), and ``tests/unit/test_fresh_sqlite_schema.py``
 fails until it is rendered again::
 
-    .venv/bin/python -m gateway.store.freshdb > gateway/store/sqlite_head.sql
+    .venv/bin/python -m gateway.store.engine.freshdb > gateway/store/engine/sqlite_head.sql
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gateway.store.aio import Connection
+from gateway.store.engine.aio import Connection
 
 __all__ = ["SCRIPT", "create_at_head", "render", "script"]
 
@@ -73,7 +73,7 @@ def render(path: Path) -> str:
         ).fetchall()
     lines = [
         "-- The SQLite schema the alembic migrations build, rendered by",
-        "-- `python -m gateway.store.freshdb` (gateway/store/freshdb.py). Do not edit.",
+        "-- `python -m gateway.store.engine.freshdb`. Do not edit.",
         f"{_REVISION_PREFIX}{revision}",
     ]
     lines += [f"{sql};\n" for (sql,) in rows]
@@ -83,7 +83,7 @@ def render(path: Path) -> str:
 
 
 async def _migrated(path: Path) -> None:
-    from gateway.store import db
+    from gateway.store.engine import db
 
     engine = db.create_engine(f"sqlite+aiosqlite:///{path}")
     try:

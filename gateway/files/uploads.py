@@ -6,7 +6,7 @@ with the file's ``Content-Type``, its ``Content-Length`` and the prediction's id
 ``X-Prediction-Id``, and puts the answer's ``Location`` (without its query) in the
 prediction's output in place of the file (docs/cog.md §1.10). So the bytes never travel
 through a webhook body or the database: they are spooled to a temporary file as they
-arrive, hashed on the way (gateway/download.py), moved (a local directory) or uploaded in
+arrive, hashed on the way (gateway/files/download.py), moved (a local directory) or uploaded in
 parts (S3) under the key the output copier would have chosen, and recorded as the
 prediction's asset before the ``Location`` (its ``/assets/`` URL) is answered.
 
@@ -15,7 +15,7 @@ Only the provider's server can upload: the path carries the provider's
 provider's. A file over ``max_output_bytes`` or of a refused content type is refused
 (413, 415); Cog ignores a failed upload and reports the URL anyway, so the output copier
 fails a prediction whose output names an upload that was never recorded
-(:meth:`gateway.outputs.OutputCopier.copy`).
+(:meth:`gateway.files.outputs.OutputCopier.copy`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import logging
 from collections.abc import AsyncIterable, Mapping
 
 from contracts.errors import CutoverError, NotFound, PayloadTooLarge
-from gateway.download import DownloadFailed, Spool, remove
-from gateway.outputs import AssetError, OutputCopier, asset_key
+from gateway.files.download import DownloadFailed, Spool, remove
+from gateway.files.outputs import AssetError, OutputCopier, asset_key
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord, JobStore
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlalchemy.exc as sa_exc
 
-from gateway.store import db
+from gateway.store.engine import db
 
 __all__ = ["ValueRefused", "refused", "transient"]
 
@@ -53,7 +53,7 @@ def _sqlstate(exc: sa_exc.DBAPIError) -> str:
 
 def transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a database failure that may pass on a later try: the database
-    cannot be reached (:func:`gateway.store.db.unreachable`), or it is locked, busy,
+    cannot be reached (:func:`gateway.store.engine.db.unreachable`), or it is locked, busy,
     deadlocked or could not serialise the transaction."""
     if db.unreachable(exc):
         return True

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from contracts.errors import CutoverError
-from gateway.download import DownloadFailed, download, remove
+from gateway.files.download import DownloadFailed, download, remove
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord
 
@@ -131,7 +131,7 @@ class OutputCopier:
         Deadline of one whole download, in seconds.
     recorded : callable or None
         ``await recorded(job_id)``: the keys of the files already recorded for a job (a
-        provider uploaded them to the gateway, gateway/uploads.py). An output naming
+        provider uploaded them to the gateway, gateway/files/uploads.py). An output naming
         one of the job's own asset URLs that is not among them fails the copy: Cog
         reports an upload's URL even when the upload failed (docs/cog.md §1.10).
     """
@@ -251,7 +251,7 @@ class OutputCopier:
 
     async def _download(self, ref: str) -> _File:
         """Download ``ref`` into a temporary file of the storage, hashing as it goes
-        (gateway/download.py): memory stays flat whatever the size; the file is refused
+        (gateway/files/download.py): memory stays flat whatever the size; the file is refused
         as soon as its type or its size is known to be wrong."""
         path = self._storage.temp_path()
         try:

@@ -36,12 +36,12 @@ from contracts.errors import CutoverError
 from contracts.times import parse_time
 from gateway import assembly, dryrun
 from gateway.config import Settings
-from gateway.routecontrol import RouteControl, reason_problem
-from gateway.routesync import seed
-from gateway.routing import Router
-from gateway.shadowpairs import ShadowComparisons
+from gateway.rollout.control import RouteControl, reason_problem
+from gateway.rollout.router import Router
+from gateway.rollout.shadowpairs import ShadowComparisons
+from gateway.rollout.sync import seed
 from gateway.storage import Storage
-from gateway.store import db
+from gateway.store.engine import db
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
 

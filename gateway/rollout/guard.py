@@ -1,9 +1,9 @@
 """The canary guard's judgement, without I/O (docs/canary.md, "Guard").
 
 :func:`evaluate` compares the candidate arm's recent predictions with the control's
-against a route's :class:`gateway.route.GuardSettings` and returns the first breach, with
+against a route's :class:`gateway.rollout.spec.GuardSettings` and returns the first breach, with
 the numbers behind it, or None. The loop that gathers the samples and rolls the canary
-back is :mod:`gateway.guardloop`.
+back is :mod:`gateway.rollout.guardloop`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gateway.route import GuardSettings
+from gateway.rollout.spec import GuardSettings
 
 __all__ = ["ArmStats", "Breach", "PairStats", "Sample", "evaluate", "percentile", "summarize"]
 

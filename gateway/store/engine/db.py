@@ -1,6 +1,6 @@
 """The database engine: SQLite (WAL) by default, PostgreSQL through asyncpg.
 
-One :class:`Engine` per process (:mod:`gateway.store.aio`: SQLAlchemy Core on the event
+One :class:`Engine` per process (:mod:`gateway.store.engine.aio`: SQLAlchemy Core on the event
 loop, without ``sqlalchemy.ext.asyncio`` and the ORM it imports), created by
 :func:`create_engine` and disposed by its owner. On SQLite every transaction starts with
 ``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of
@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from contracts.errors import ConfigurationError
-from gateway.store import aio, inline
+from gateway.store.engine import aio, inline
 
 __all__ = [
     "Engine",
@@ -41,7 +41,7 @@ Engine = aio.Engine
 StoreError = SQLAlchemyError
 """The base of every error the database layer raises."""
 
-_MIGRATIONS = Path(__file__).with_name("migrations")
+_MIGRATIONS = Path(__file__).parents[1] / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 5.0
 """How long opening a PostgreSQL connection may take: a database that is away must make
@@ -93,7 +93,7 @@ def create_engine(
         engine = aio.create_engine(
             url,
             # statements on the event loop thread, a locked database waited for on a
-            # worker thread (gateway/store/inline.py)
+            # worker thread (gateway/store/engine/inline.py)
             async_creator=lambda: inline.connect(path, SQLITE_BUSY_TIMEOUT_S),
             pool_size=1,
             max_overflow=0,
@@ -150,7 +150,7 @@ def unreachable(exc: BaseException) -> bool:
 
 SQLITE_WRITE_PRAGMAS = ("PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
 """Set on every SQLite connection this process writes with (the engine's, and
-:mod:`gateway.store.fastwrite`'s), so both commit alike (docs/storage.md)."""
+:mod:`gateway.store.engine.fastwrite`'s), so both commit alike (docs/storage.md)."""
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -184,14 +184,14 @@ async def migrate(engine: Engine, *, fresh_script: bool = True) -> None:
     of the gateway's start-up time): its ``alembic_version`` is compared with the head
     revision named by the migration files themselves. An empty SQLite database is
     created at head from one pre-rendered script instead of the migrations
-    (:mod:`gateway.store.freshdb`; ``fresh_script=False`` runs the migrations anyway).
+    (:mod:`gateway.store.engine.freshdb`; ``fresh_script=False`` runs the migrations anyway).
     """
     head = head_revision()
     if await _version(engine) == head:
         return
     async with engine.begin() as connection:
         if fresh_script and is_sqlite(engine):
-            from gateway.store import freshdb  # only on a store that is not at head
+            from gateway.store.engine import freshdb  # only on a store that is not at head
 
             if await freshdb.create_at_head(connection, head):
                 return

@@ -20,9 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from contracts.errors import ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
 from gateway.maps import MapSpec, map_problems
-from gateway.route import AuditEntry, RouteSpec
+from gateway.rollout.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
+from gateway.rollout.spec import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
 
 __all__ = ["CHANGEABLE", "MAX_REASON_CHARS", "RouteControl", "parse_percent", "reason_problem"]

@@ -1,6 +1,6 @@
 """The sticky canary draw: which arm a caller's prediction goes to (docs/canary.md).
 
-The caller key (an API token, a header or an input field; :class:`gateway.route.CallerKey`)
+The caller key (an API token, a header or an input field; :class:`gateway.rollout.spec.CallerKey`)
 is hashed with the route's name into one of 10,000 buckets. The candidate takes buckets
 ``[0, percent * 100)``: the same caller always lands in the same bucket, so it keeps its
 arm at a given percent, and raising the percent only adds buckets, so callers move from
@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from gateway.route import CallerKey, RouteSpec
+from gateway.rollout.spec import CallerKey, RouteSpec
 
 __all__ = [
     "BUCKETS",

@@ -9,8 +9,8 @@ docs/replicate-api.md §2.2), else its only route.
 
 Which routes exist and how they are found comes from the config file; each route's live
 spec (control, candidate, canary percent, caller key, shadow settings) comes from the
-store and is swapped in by :mod:`gateway.routesync` whenever it changes. The control
-provider serves unless the sticky canary draw (:mod:`gateway.canary`) sends the caller
+store and is swapped in by :mod:`gateway.rollout.sync` whenever it changes. The control
+provider serves unless the sticky canary draw (:mod:`gateway.rollout.canary`) sends the caller
 to the candidate; the job then belongs to that provider for good.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from contracts.errors import NotFound
 from contracts.replicate import CreatePrediction
-from gateway import canary
 from gateway.config import RouteSettings
-from gateway.route import RouteSpec, route_key
+from gateway.rollout import canary
+from gateway.rollout.spec import RouteSpec, route_key
 
 __all__ = ["Caller", "Routed", "Router", "spec_of"]
 

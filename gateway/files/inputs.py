@@ -14,7 +14,7 @@ import hashlib
 import mimetypes
 from typing import Any
 
-from gateway.outputs import is_data_uri, parse_data_uri
+from gateway.files.outputs import is_data_uri, parse_data_uri
 from gateway.storage import Storage
 from gateway.store.jobs import AssetRecord, JobStore
 

@@ -22,7 +22,7 @@ dirty pages without waiting for it), so the disk works while the rest arrives an
 storage's fsync finds little left: after 1 GiB it took 0.00 s instead of 0.47-0.84 s,
 for 0.07 s more CPU (docs/benchmarks.md, "Durable outputs: what fsync costs").
 
-What the copier relies on (gateway/outputs.py): no redirect is followed and no proxy
+What the copier relies on (gateway/files/outputs.py): no redirect is followed and no proxy
 from the environment is used (``http.client`` does neither); the type check runs on the
 headers, before the body is read; a body over ``max_bytes`` (by its ``Content-Length``,
 or as it arrives) is refused; the whole download has a deadline (each read's socket
