@@ -68,10 +68,22 @@ IMAGE_KEYS: Mapping[str, str] = {
 }
 
 
-_SAMPLING = ", ".join(f'["{src}", "{dst}"]' for src, dst in SAMPLING_KEYS.items())
-_IMAGES = ", ".join(f'["{src}", "{dst}"]' for src, dst in IMAGE_KEYS.items())
-_RENAMED = """. as $in | reduce ({pairs}) as [$src, $dst]
-  ({{}}; if $in | has($src) then .[$dst] = $in[$src] else . end)"""
+def _renamed(table: Mapping[str, str]) -> str:
+    """The jq object of ``table`` (Replicate key -> OpenAI key): each OpenAI key from the
+    last of its Replicate keys the input has (a key it has none of comes out ``null``,
+    which the gateway does not send)."""
+    sources: dict[str, list[str]] = {}
+    for src, dst in table.items():
+        sources.setdefault(dst, []).append(src)
+    fields = []
+    for dst, names in sources.items():
+        expr = f".{names[0]}"
+        for name in names[1:]:
+            expr = f'(if has("{name}") then .{name} else {expr} end)'
+        fields.append(f"{dst}: {expr}")
+    return "{" + ", ".join(fields) + "}"
+
+
 _PROMPT = """if (.prompt | type) != "string"
   then error("input.prompt: a string is required") else . end"""
 _STOP = """if (.stop | type) == "string"
@@ -85,17 +97,17 @@ _INT = """def int($key): .[$key] as $v
 #: adapter then adds ``model`` (and ``stream``) to what it gives.
 DEFAULT_MAPS: Mapping[str, str] = {
     "chat": f"""{_PROMPT}
-| ({_RENAMED.format(pairs=_SAMPLING)} | {_STOP}) + {{messages: (
+| ({_renamed(SAMPLING_KEYS)} | {_STOP}) + {{messages: (
     [if (.system_prompt | type) == "string" and .system_prompt != ""
       then {{role: "system", content: .system_prompt}} else empty end]
     + [{{role: "user", content: (if (.image | type) == "string" and .image != ""
         then [{{type: "text", text: .prompt}}, {{type: "image_url", image_url: {{url: .image}}}}]
         else .prompt end)}}])}}""",
     "completions": f"""{_PROMPT}
-| ({_RENAMED.format(pairs=_SAMPLING)} | {_STOP}) + {{prompt}}""",
+| ({_renamed(SAMPLING_KEYS)} | {_STOP}) + {{prompt}}""",
     "images": f"""{_INT}
 {_PROMPT}
-| {{prompt, response_format: "b64_json"}} + ({_RENAMED.format(pairs=_IMAGES)})
+| {{prompt, response_format: "b64_json"}} + {_renamed(IMAGE_KEYS)}
   + (if has("width") and has("height")
      then {{size: "\\(int("width"))x\\(int("height"))"}} else {{}} end)""",
 }

@@ -16,7 +16,7 @@ from gateway import maps
 from gateway.maps import MapError
 from gateway.rollout.router import Router
 from gateway.rollout.settings import RouteSettings
-from gateway.translator import Translator
+from gateway.translator import Translator, input_of
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("chat", {"prompt": "hi", "max_new_tokens": 9, "temperature": 0.5, "unknown": 1},
@@ -43,7 +43,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 def test_the_default_map_gives_the_documented_body(
     api: str, data: dict[str, Any], body: dict[str, Any]
 ) -> None:
-    assert maps.run(DEFAULT_MAPS[api], data, what="m") == body
+    assert input_of(DEFAULT_MAPS[api], data, "llm") == body
 
 
 @pytest.mark.parametrize(("api", "data", "detail"), [
