@@ -1,7 +1,7 @@
 """The HTTP boundary shared by the hosted-provider adapters (fal, RunPod, OpenAI, Replicate).
 
 One place where httpx exceptions, provider error statuses and unreadable bodies become
-:mod:`contracts.errors` (STYLE.md rule 5), plus the per-provider request rate limit.
+:mod:`contracts.errors` (docs/architecture.md, rule 5), plus the per-provider request rate limit.
 
 * Transport failures: a failure to *connect* never reached the provider, so it is
   retryable everywhere; any later failure (a read timeout, a dropped connection) of a
@@ -18,7 +18,7 @@ One place where httpx exceptions, provider error statuses and unreadable bodies 
   ``UpstreamRejected`` (the work may exist upstream: never resubmitted blindly).
 * :class:`RateLimiter` is a token bucket shared by all of a process's jobs on one
   provider. It never sleeps: an empty bucket raises ``ProviderBusy`` with the wait as
-  ``retry_after_s``, and the caller persists its next attempt (STYLE.md rule 13).
+  ``retry_after_s``, and the caller persists its next attempt (docs/architecture.md, rule 13).
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ def create_app(
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_providers)
-    app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(_webhook_http)
+    app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(_loops(run_loops))
     app.add_routes(ops.routes)
     app.add_routes(assets.routes)
@@ -206,27 +206,28 @@ async def _providers(app: web.Application) -> AsyncIterator[None]:
 
 
 _FINALIZER = web.AppKey("finalizer", Finalizer)
+_DELIVERY = web.AppKey("delivery", delivery.Delivery)
 
 
 async def _services(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     gw, clock = settings.gateway, app[keys.CLOCK]
-    owner = lease.process_owner()  # fits lease_owner (docs/lifecycle.md, "Lease owners")
+    app[OWNER] = owner = lease.process_owner()  # docs/lifecycle.md, "Lease owners"
+    app[_DELIVERY], handoff = _delivery(app)  # new completed rows go straight to it
     store = JobStore(
         app[_ENGINE],
         planner=Planner(
             base_url=gw.public_url,
             throttle_s=settings.webhooks.throttle_s,
             stream_secret=app[keys.SIGNING_SECRET],
+            handoff=handoff,
         ),
         owner=owner,
         lease_s=gw.lease_s,
-        clock=clock,
+        clock=clock,  # an apply lease given back: its job's events are due at once
+        on_given_back=lambda job_id: app[keys.NOTIFIER].wake(LoopName.EVENTS),
     )
     app[keys.STORE] = store
-    notifier = app[keys.NOTIFIER]  # an apply lease given back: its job's events are due
-    store.on_given_back = lambda job_id: notifier.wake(LoopName.EVENTS)
-    app[OWNER] = owner
     app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s, clock=clock)
     await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)
     reader = JobReader(store)
@@ -251,6 +252,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
             router=app[keys.ROUTER],
+            refresh_routes=app[keys.ROUTES].sync.refresh_if_stale,
             notifier=app[keys.NOTIFIER],
             webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
@@ -322,7 +324,7 @@ def build_loops(app: web.Application) -> list[Loop]:
             max_job_lifetime_s=gw.max_job_lifetime_s,
             shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),
-        _delivery(app),
+        app[_DELIVERY],
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
         assembly.retention_loop(app, RetentionStore(app[_ENGINE])),
         *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
@@ -352,7 +354,7 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
         loop.next_due = next_due.get(loop.name)
 
 
-def _delivery(app: web.Application) -> delivery.Delivery:
+def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:
     settings = app[keys.SETTINGS]
     hooks = settings.webhooks
     lease_s = settings.gateway.lease_s + hooks.timeout_s
@@ -373,9 +375,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         metrics=app[keys.METRICS],
         clock=app[keys.CLOCK],
     )
-    # new completed rows go straight to it (gateway/store/handoff.py)
-    app[keys.STORE].hand_outbox_to(Handoff(sender, owner=app[OWNER], lease_s=lease_s))
-    return sender
+    return sender, Handoff(sender, owner=app[OWNER], lease_s=lease_s)
 
 
 def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["health"]:
         return healthcheck.main(argv[1:])
     # serve parsed by its own parser alone: building them all was ~3 ms of each start
-    # (docs/benchmarks.md); what it does not know, the whole parser reports as before
+    # (docs/benchmarks.md); what it does not know, the whole parser reports
     parser = _parser(serve_only=argv[:1] == ["serve"])
     args, unknown = parser.parse_known_args(argv)
     if unknown:

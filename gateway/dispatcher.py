@@ -1,6 +1,7 @@
 """The dispatcher: hands committed jobs to their provider, within its concurrency limit.
 
-A job is stored first (state ``creating``) and only then submitted (DESIGN "data path").
+A job is stored first (state ``creating``) and only then submitted (docs/architecture.md,
+"The data path").
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 
@@ -19,7 +20,7 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   the gateway learns the provider's id to cancel it there: refused, the job ends
   ``canceled`` at once; busy or unreachable, it is tried again every
   ``cancel_resend_s`` at most, and ends ``canceled`` once ``cancel_grace_s`` has passed
-  since the cancel with :data:`gateway.reaper.ASKS_BEFORE_GIVING_UP` tries failed;
+  since the cancel with :data:`gateway.finalizer.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
 * a cancel requested while the submit was in flight -> the provider is told to cancel
@@ -55,13 +56,12 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.files.inputs import InputStager
 from gateway.files.outputs import AssetError
-from gateway.finalizer import Finalizer
+from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop
 from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
-from gateway.reaper import ASKS_BEFORE_GIVING_UP, why_never_started
 from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore

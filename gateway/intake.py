@@ -1,7 +1,7 @@
 """Provider webhook intake: verify, persist, acknowledge; then apply in order.
 
 A provider calls ``POST /provider-webhooks/{provider}/{job_id}/{token}``. Before the body
-is parsed (DESIGN invariant 5): the job must exist and belong to that provider, the
+is parsed (docs/architecture.md, invariant 5): the job must exist and belong to that provider, the
 token must match the job's unguessable callback token (constant-time), and the adapter
 must verify the request (a signature, or Cog's bearer token). The raw, verified body is
 then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it cannot be

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -144,6 +144,7 @@ class PredictionService:
         *,
         store: JobStore,
         router: Router,
+        refresh_routes: Callable[[], Awaitable[None]],
         notifier: Notifier,
         webhook_policy: ssrf.WebhookTargetPolicy,
         public_url: str,
@@ -158,10 +159,9 @@ class PredictionService:
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
-        # With data retention a finished prediction does change (data_removed): no
-        # process may keep serving its old body (docs/retention.md).
-        self._keep_bodies = keep_finished_bodies
+        self._keep_bodies = keep_finished_bodies  # else data_removed (docs/retention.md)
         self._router = router
+        self._refresh_routes = refresh_routes
         self._notifier = notifier
         self._policy = webhook_policy
         self._public_url = public_url
@@ -200,7 +200,7 @@ class PredictionService:
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
-        await self._router.refresh()  # live route changes (gateway.rollout.sync)
+        await self._refresh_routes()  # live route changes (gateway.rollout.sync)
         routed = self._router.resolve(request, job_id)
         if self._schemas is not None:  # a bad input is refused before any row or call
             await self._schemas.check(routed.route, request.input)

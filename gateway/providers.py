@@ -16,17 +16,35 @@ from urllib.parse import urlsplit
 
 from adapters.port import Adapter
 from contracts.errors import ConfigurationError
+from contracts.job import Job
+from contracts.snapshot import ProviderRef
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Provider", "build_adapter", "credential", "file_hosts", "missing_credentials"]
+__all__ = [
+    "Provider",
+    "build_adapter",
+    "credential",
+    "file_hosts",
+    "missing_credentials",
+    "provider_ref",
+]
 
 #: Where each hosted provider serves output files by default (copied at completion).
 DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
     "fal": ("fal.media", "*.fal.media"),
     "replicate": ("replicate.delivery", "*.replicate.delivery"),
 }
+
+
+def provider_ref(job: Job) -> ProviderRef:
+    """How to address ``job`` upstream again."""
+    assert job.provider_job_id is not None
+    return ProviderRef(
+        job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
+        submitted_at=job.submitted_at, target=job.target,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Retry as a pure policy: when to try again, never how to wait (STYLE.md rule 13).
+"""Retry as a pure policy: when to try again, never how to wait (docs/architecture.md, rule 13).
 
 Callers persist the answer (``next_poll_at``, ``next_attempt_at``) and a loop picks the
 row up when it is due; nothing here sleeps, reads the clock or owns randomness. The clock

@@ -4,7 +4,7 @@ Sources, later ones overriding earlier ones: built-in defaults, the TOML file gi
 ``cutover serve --config FILE``, then ``CUTOVER_*`` environment variables with ``__``
 between nesting levels (``CUTOVER_GATEWAY__PUBLIC_URL``, ``CUTOVER_GATEWAY__API_TOKENS
 ='["r8_..."]'``). Durations and sizes carry their unit in the name; secrets are
-``SecretStr`` and never logged (STYLE.md rule 9).
+``SecretStr`` and never logged (docs/architecture.md, rule 9).
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ class Settings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     providers: dict[Annotated[str, Field(max_length=64)], ProviderSettings] = Field(
-        default_factory=dict)  # a name longer than jobs.provider's 64 was a 500 on PostgreSQL
+        default_factory=dict)  # at most jobs.provider's 64 characters
     routes: list[RouteSettings] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -24,9 +24,9 @@ def local_dir(storage_url: str) -> str:
 
 
 def storage_problems(gw: GatewaySettings) -> list[str]:
-    """A local storage directory that cannot be made or written: check passed it, and
-    every file output then failed ("the output could not be stored") and every upload
-    was a 500. Nothing is created here: the closest existing directory is looked at."""
+    """A local storage directory that cannot be made or written (every file output and
+    upload would fail). Nothing is created here: the closest existing directory is
+    looked at."""
     storage = open_storage(gw.storage_url)
     if not isinstance(storage, LocalStorage):
         return []

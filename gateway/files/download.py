@@ -274,7 +274,7 @@ def _write(handle: Any, block: bytes) -> None:
 
 def _connection(scheme: str, host: str, port: int | None, timeout_s: float) -> Any:
     if scheme == "https":
-        context = client_context(trust_env=False)  # certifi's, as before: no environment
+        context = client_context(trust_env=False)  # certifi's: no environment
         return http.client.HTTPSConnection(host, port, timeout=timeout_s, context=context)
     return http.client.HTTPConnection(host, port, timeout=timeout_s)
 

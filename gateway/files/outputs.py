@@ -1,4 +1,4 @@
-"""Copy a prediction's output files into owned storage (DESIGN invariant 4).
+"""Copy a prediction's output files into owned storage (docs/architecture.md, invariant 4).
 
 Which strings in an output are files:
 
@@ -285,7 +285,7 @@ INLINE_BYTES = 64 * 1024  # work on more than this runs on a worker thread
 async def off_loop(function: Callable[..., T], *args: Any, size: int) -> T:
     """``function(*args)``, on a worker thread when ``size`` (bytes or characters) is
     over :data:`INLINE_BYTES`: decoding and hashing up to ``max_output_bytes`` must not
-    stall every other request (issue 6, fault 7)."""
+    stall every other request (docs/storage.md, "Threads")."""
     if size > INLINE_BYTES:
         return await asyncio.to_thread(function, *args)
     return function(*args)

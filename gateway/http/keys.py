@@ -1,4 +1,4 @@
-"""Typed keys of the aiohttp application (STYLE.md rule 8)."""
+"""Typed keys of the aiohttp application (docs/architecture.md, rule 8)."""
 
 from __future__ import annotations
 

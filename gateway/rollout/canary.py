@@ -79,8 +79,8 @@ def shadow_arm(
     """Which hidden copy a new prediction gets, if any (docs/shadow.md).
 
     Only a control-arm prediction, drawn at the route's shadow percent, whose input the
-    route's policy admits (none: nothing is shadowed, DESIGN invariant 7): ``baseline``
-    (the control a second time) for ``baseline_percent`` of those, else ``shadow`` (the
+    route's policy admits (none: nothing is shadowed, docs/architecture.md, invariant 7):
+    ``baseline`` (the control a second time) for ``baseline_percent`` of those, else ``shadow`` (the
     candidate); None otherwise.
     """
     if arm != "control" or spec.candidate is None or spec.shadow_policy is None:

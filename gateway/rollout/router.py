@@ -16,7 +16,7 @@ to the candidate; the job then belongs to that provider for good.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,16 +69,6 @@ class Router:
         self._routes = routes
         self._specs = {route_key(r.model, r.version): spec_of(r) for r in routes}
         self.version = -1  # the store's routes version these specs came from
-        self._refresh: Callable[[], Awaitable[None]] | None = None
-
-    def refresh_with(self, refresh: Callable[[], Awaitable[None]]) -> None:
-        """Have :meth:`refresh` call ``refresh`` (the route sync's staleness check)."""
-        self._refresh = refresh
-
-    async def refresh(self) -> None:
-        """Pick up route changes made elsewhere, if the last check is old enough."""
-        if self._refresh is not None:
-            await self._refresh()
 
     @property
     def routes(self) -> list[RouteSettings]:

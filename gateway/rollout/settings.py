@@ -95,7 +95,7 @@ class RouteSettings(_Section):
 
     @model_validator(mode="after")
     def _storable(self) -> RouteSettings:
-        """Each prediction stores these (a longer one was a 500 on PostgreSQL)."""
+        """Each prediction stores these, in columns of 255 characters."""
         for what, name in (("model", self.model), ("deployment", self.deployment),
                            ("route", route_key(self.model, self.version))):
             if name is not None and len(name) > 255:  # jobs.model, deployment, route

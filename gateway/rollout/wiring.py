@@ -80,7 +80,6 @@ async def open_routes(
                      interval_s=poll_interval_s, metrics=metrics, clock=clock)
     await seed(book, router, providers)
     await sync.reload()
-    router.refresh_with(sync.refresh_if_stale)
     return RouteServices(
         book=book,
         control=RouteControl(book, routes=router.keys, providers=providers, clock=clock),

@@ -1,13 +1,14 @@
 """Group commit of new jobs: creates that arrive together share one transaction.
 
-Every create must be committed before its 201 is sent (DESIGN "data path": the job row
-is written first), and a commit is the expensive part: on SQLite one writer at a time,
-each commit its own ``BEGIN IMMEDIATE`` and WAL write. So :class:`CreateBatcher` queues
-the rows of concurrent creates and a single flusher inserts everything queued in one
-transaction (one multi-row ``INSERT``); the creates that arrive while that commit is in
-flight form the next group. No timer: a lone create is committed at once, and a group
-grows only while the store is busy. Each create's caller is answered only after its own
-row is committed, so a crash right after a 201 never loses the prediction.
+Every create must be committed before its 201 is sent (the job row is written first:
+docs/architecture.md, "The data path"), and a commit is the expensive part: on SQLite one
+writer at a time, each commit its own ``BEGIN IMMEDIATE`` and WAL write. So
+:class:`CreateBatcher` queues the rows of concurrent creates and a single flusher inserts
+everything queued in one transaction (one multi-row ``INSERT``); the creates that arrive
+while that commit is in flight form the next group. No timer: a lone create is committed
+at once, and a group grows only while the store is busy. Each create's caller is answered
+only after its own row is committed, so a crash right after a 201 never loses the
+prediction.
 
 A group whose insert fails (an idempotency key used twice, a value the store refuses, or
 any other error: its callers must get an answer) is retried row by row through

@@ -1,4 +1,5 @@
-"""Exactly one completion event per prediction (DESIGN invariant 3), counted at a receiver.
+"""Exactly one completion event per prediction (docs/architecture.md, invariant 3), counted
+at a receiver.
 
 In process, on every backend: many concurrent finalizer calls for each job, and two
 delivery loops claiming from one store. Across processes, on PostgreSQL: two real

@@ -1,4 +1,4 @@
-"""Webhook events survive a SIGKILL of the gateway (DESIGN invariant 2, issue "restarts").
+"""Webhook events survive a SIGKILL of the gateway (docs/architecture.md, invariant 2).
 
 A real ``cutover serve`` process delivers to a receiver that is failing (503) for most
 predictions and holding one request open; the process is killed while those events are

@@ -1,5 +1,5 @@
 """Output files are copied into owned storage before a prediction is reported succeeded
-(DESIGN invariant 4): checked, hashed, and served from the gateway's own URLs."""
+(docs/architecture.md, invariant 4): checked, hashed, and served from the gateway's own URLs."""
 
 from __future__ import annotations
 

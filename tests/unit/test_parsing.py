@@ -189,7 +189,7 @@ def test_parse_version_ref_never_fails_with_anything_but_value_error(ref: str):
     assert version is None or re.fullmatch(r"[0-9a-f]{64}", version)
 
 
-# --- the job state machine (DESIGN "Lifecycle") ---------------------------------------------------
+# --- the job state machine (docs/lifecycle.md) ---------------------------------------------------
 
 _ORDER = {JobState.CREATING: 0, JobState.QUEUED: 1, JobState.RUNNING: 2}
 

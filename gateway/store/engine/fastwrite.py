@@ -10,7 +10,7 @@ in one synchronous call on the event loop thread, so nothing else of this proces
 in between.
 
 :meth:`FastWrites.run` answers None when it cannot run the transaction, and the caller
-uses the engine, which behaves exactly as before:
+uses the engine instead:
 
 * not a SQLite file (PostgreSQL, ``:memory:``);
 * the database is locked: by another process, or by this process's engine connection in

@@ -6,7 +6,7 @@ of a second (importing alembic and PostgreSQL's dialect, six revisions in batch 
 statement of every table and index, read back from ``sqlite_master`` of a database the
 migrations built, and the ``alembic_version`` row. :func:`create_at_head` runs it on a
 database that has no table yet; every other store (an older revision, PostgreSQL) is
-migrated by alembic as before (:func:`gateway.store.engine.db.migrate`).
+migrated by alembic (:func:`gateway.store.engine.db.migrate`).
 
 The script names the revision it was rendered at; a script behind the migrations' head
 is never used (alembic runs instead), and ``tests/unit/test_fresh_sqlite_schema.py``
