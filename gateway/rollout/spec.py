@@ -165,8 +165,11 @@ class RouteSpec(_Frozen):
         return self
 
     def stored(self) -> dict[str, Any]:
-        """The JSON form kept in the store (``caller_key`` as its text form)."""
-        data = self.model_dump(mode="json", exclude={"caller_key"})
+        """The JSON form kept in the store (``caller_key`` as its text form; ``maps`` only
+        when there are some, so a route without maps keeps the digest it was seeded with
+        and an upgrade reports no change of it: :func:`gateway.store.routes.config_hash`)."""
+        data = self.model_dump(mode="json", exclude={"caller_key"} | (set() if self.maps
+                                                                       else {"maps"}))
         return {**data, "caller_key": str(self.caller_key)}
 
 

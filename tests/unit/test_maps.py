@@ -4,6 +4,8 @@ check`` and ``serve`` naming the route and jq's message (docs/translation.md).""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,19 @@ def test_an_input_maps_top_level_nulls_are_not_sent() -> None:
 
     mapped = input_of("{prompt, seed, size: {width}}", {"prompt": "p"}, "fal")
     assert mapped == {"prompt": "p", "size": {"width": None}}  # only the top level
+
+
+def test_a_route_without_maps_is_stored_as_before_so_its_seed_digest_is_unchanged() -> None:
+    from gateway.rollout.spec import RouteSpec
+    from gateway.store.routes import config_hash
+
+    plain = RouteSpec(provider="cog")
+    assert "maps" not in plain.stored()
+    # the stored form before maps existed: every other field, caller_key as text
+    earlier = {**plain.model_dump(mode="json", exclude={"caller_key", "maps"}),
+               "caller_key": "token"}
+    text = json.dumps(earlier, sort_keys=True, separators=(",", ":"))
+    assert config_hash(plain) == hashlib.sha256(text.encode()).hexdigest()
+    mapped = RouteSpec(provider="cog", maps={"fal": {"output": "."}})
+    assert mapped.stored()["maps"] == {"fal": {"input": None, "output": "."}}
+    assert RouteSpec.model_validate(mapped.stored()) == mapped
