@@ -5,6 +5,8 @@
 ``cutover routes set-canary ROUTE PERCENT --reason T`` send PERCENT of callers to the candidate
 ``cutover routes rollback ROUTE --reason T``           canary back to 0
 ``cutover routes set-shadow ROUTE PERCENT --reason T`` shadow PERCENT of control predictions
+``cutover routes set-map ROUTE --provider P [--input JQ] [--output JQ] --reason T``
+                                                      the route's maps for P (docs/translation.md)
 ``cutover routes translate ROUTE --provider P --input JSON [--output JSON]``
                                                       a dry run of the route's maps and
                                                       schema checks (gateway/dryrun.py)
@@ -76,6 +78,14 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
         command.add_argument("route")
         command.add_argument("percent", help="0 to 100")
         command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    mapping = common(actions.add_parser(
+        "set-map", help="a provider's jq maps for the route (neither --input nor --output: "
+        "remove them)"))
+    mapping.add_argument("route")
+    mapping.add_argument("--provider", required=True, help="a configured provider's name")
+    mapping.add_argument("--input", help="the input map, a jq program")
+    mapping.add_argument("--output", help="the output map, a jq program")
+    mapping.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
     dryrun.add_command(actions, common)
     back = common(actions.add_parser("rollback", help="canary back to 0"))
     back.add_argument("route")
@@ -142,6 +152,9 @@ async def _act(control: RouteControl, args: argparse.Namespace) -> int:
             entry = await control.set_canary(args.route, args.percent, who=WHO, reason=args.reason)
         elif args.action == "set-shadow":
             entry = await control.set_shadow(args.route, args.percent, who=WHO, reason=args.reason)
+        elif args.action == "set-map":
+            entry = await control.set_map(args.route, args.provider, input_map=args.input,
+                                          output_map=args.output, who=WHO, reason=args.reason)
         else:
             entry = await control.rollback(args.route, who=WHO, reason=args.reason)
         print(f"{entry.route}: {_summary(entry.before, entry.after)} "

@@ -117,6 +117,17 @@ class RouteControl:
         return await self.change(key, {"shadow_percent": value}, who=who, reason=reason,
                                  action="set-shadow")
 
+    async def set_map(self, key: str, provider: str, *, input_map: str | None,
+                      output_map: str | None, who: str, reason: str) -> AuditEntry:
+        """Give route ``key`` these maps for ``provider`` (neither: remove its maps),
+        keeping its other providers' maps (docs/translation.md)."""
+        maps = {name: m.model_dump() for name, m in (await self.spec(key)).maps.items()}
+        if input_map is None and output_map is None:
+            maps.pop(provider, None)
+        else:
+            maps[provider] = {"input": input_map, "output": output_map}
+        return await self.change(key, {"maps": maps}, who=who, reason=reason, action="set-map")
+
     async def change(
         self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = "update"
     ) -> AuditEntry:

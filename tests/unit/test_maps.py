@@ -137,3 +137,26 @@ def test_a_route_without_maps_is_stored_as_before_so_its_seed_digest_is_unchange
     mapped = RouteSpec(provider="cog", maps={"fal": {"output": "."}})
     assert mapped.stored()["maps"] == {"fal": {"input": None, "output": "."}}
     assert RouteSpec.model_validate(mapped.stored()) == mapped
+
+
+def test_routes_set_map_changes_the_maps_live_and_audited_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "cutover.toml"
+    config.write_text(CONFIG.format(tmp=tmp_path).replace(
+        "'{prompt, image_size: {width, height}'", "'{prompt}'"))
+    base = ["routes", "set-map", "acme/sdxl", "--config", str(config), "--provider", "fal"]
+    assert cli.main([*base, "--input", "{prompt, seed}", "--reason", "seed too"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("acme/sdxl: maps ") and "(change #2 by cli: seed too)" in out
+    assert cli.main([*base, "--input", "{prompt", "--reason", "typo"]) == 1
+    assert "route 'acme/sdxl': maps.fal.input does not compile" in capsys.readouterr().err
+    assert cli.main(["routes", "show", "acme/sdxl", "--config", str(config)]) == 0
+    shown = capsys.readouterr().out
+    assert "maps        fal input: {prompt, seed}\n" in shown  # the typo changed nothing
+    assert "maps        fal output" not in shown  # set-map sets both sides
+    assert "cli set-map: maps" in shown and "reason: seed too" in shown
+    assert cli.main([*base, "--reason", "fal takes them as they are"]) == 0
+    capsys.readouterr()
+    assert cli.main(["routes", "show", "acme/sdxl", "--config", str(config)]) == 0
+    assert "maps        none" in capsys.readouterr().out
