@@ -194,3 +194,28 @@ async def test_a_shadow_on_the_candidate_is_sent_the_candidates_target(
     await create(h, {"prompt": "a"})
     await h.settle()
     assert [j.scope for j in fal.jobs.values()] == [TARGET]
+
+
+async def test_the_output_map_runs_on_every_interim_output_and_the_final_one(
+    make_gateway: Callable[..., Any],
+) -> None:
+    from contracts.job import JobState
+
+    route = {"model": "acme/plain", "provider": "fake",
+             "maps": {"fake": {"output": "map(ascii_upcase)"}}}
+    h: GatewayHarness = await make_gateway(routes=[route])
+    response = await h.client.post("/v1/models/acme/plain/predictions",
+                                   json={"input": {"prompt": "x"}}, headers=h.headers)
+    pid = (await response.json())["id"]
+    await h.settle()
+    assert await h.deliver(pid, JobState.RUNNING, output=["he", "llo"]) == 200
+    await h.settle()
+    assert (await h.get(pid))["output"] == ["HE", "LLO"]
+    assert await h.deliver(pid, JobState.RUNNING, output=["he", 3]) == 200  # map fails
+    await h.settle()
+    got = await h.get(pid)
+    assert got["status"] == "processing"  # withheld, not failed
+    assert got["output"] == ["HE", "LLO"]  # the last interim output it could map
+    assert await h.deliver(pid, JobState.COMPLETED, output=["he", "llo", "!"]) == 200
+    done = await h.wait_for(pid, "succeeded")
+    assert done["output"] == ["HE", "LLO", "!"]
