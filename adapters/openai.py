@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from adapters import openai_mapping as mapping
-from adapters import transport
+from adapters import openai_schema, transport
 from contracts.errors import (
     CapabilityMissing,
     UpstreamRejected,
@@ -103,6 +103,8 @@ class OpenAIAdapter:
         How long a call held elsewhere may still end (default: ``request_timeout_s``).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class OpenAIAdapter:
         rate_limit_per_s: float | None = None,
         lost_grace_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         grace = request_timeout_s if lost_grace_s is None else lost_grace_s
@@ -138,6 +141,7 @@ class OpenAIAdapter:
         self._http = _Upstream(
             name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers,
             timeout_s=request_timeout_s, rate_limit_per_s=rate_limit_per_s, transport=transport,
+            ca_file=ca_file,
         )
         self._instance = secrets.token_hex(4)
         self._calls: dict[str, _Call] = {}
@@ -190,6 +194,11 @@ class OpenAIAdapter:
         with contextlib.suppress(asyncio.CancelledError):
             await call.task
         return True
+
+    async def model_schema(self, target: str | None = None) -> dict[str, Any]:
+        """The schema of the model this adapter implements (:mod:`adapters.openai_schema`:
+        the inputs it maps; a language model's iterator of strings, or image URIs)."""
+        return openai_schema.model_schema(self._api)
 
     async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """No OpenAI-compatible server calls back for a synchronous call: always refused."""

@@ -108,6 +108,8 @@ class ReplicateAdapter:
         Call timeout; first and largest poll interval; requests per second (None: none).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class ReplicateAdapter:
         fetch_max_interval_s: float = 30.0,
         rate_limit_per_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -131,7 +134,7 @@ class ReplicateAdapter:
         self._http = _Upstream(
             name=name, base_url=(base_url or DEFAULT_BASE_URL).removesuffix("/v1"),
             headers=headers, timeout_s=request_timeout_s, rate_limit_per_s=rate_limit_per_s,
-            transport=transport,
+            transport=transport, ca_file=ca_file,
         )
         self._secret: Webhook | None = None
         self._secret_at = 0.0
@@ -180,6 +183,32 @@ class ReplicateAdapter:
         except ContractViolation:
             return True
         return prediction.status == "canceled" or not map_status(prediction.status).terminal
+
+    async def model_schema(self, target: str | None = None) -> dict[str, Any]:
+        """The upstream version's ``openapi_schema``: ``GET /v1/models/{o}/{n}/versions/{id}``
+        for ``owner/name:version``, the model's ``latest_version`` for ``owner/name``.
+
+        Raises
+        ------
+        UpstreamRejected, UpstreamRetryable
+            No such model or version, no schema in the answer, or a transport failure.
+        """
+        model, _, version = (target or "").partition(":")
+        if not model or model.startswith("deployments/"):
+            raise UpstreamRejected(f"{self.name}: {target!r} names no model to read a schema of")
+        path = f"/v1/models/{_quote(model)}"
+        response = await self._http.request(
+            "schema", "GET", path + (f"/versions/{urllib.parse.quote(version)}" if version else "")
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        found = body.get("latest_version") if isinstance(body, dict) and not version else body
+        schema = found.get("openapi_schema") if isinstance(found, dict) else None
+        if not isinstance(schema, dict) or not schema:
+            raise UpstreamRejected(f"{self.name}: {target} has no openapi_schema")
+        return schema
 
     async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Standard Webhooks with the account's secret (see the module docstring)."""

@@ -102,7 +102,8 @@ def create_app(
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
-    front = access.front_middleware(ApiTokens(assembly.api_tokens(settings)), limiter, metrics)
+    tokens = ApiTokens(assembly.api_tokens(settings))
+    front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
@@ -191,11 +192,12 @@ async def signing_secret(engine: db.Engine, settings: Settings, clock: Clock) ->
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
     providers = {
         name: Provider(name, build_adapter(
             name, conf.kind, token=credential(conf.token_env), **conf.adapter_options()
-        ), conf.max_concurrency)
-        for name, conf in app[keys.SETTINGS].providers.items()
+        ), conf.max_concurrency, conf.submit_timeout_s or settings.gateway.submit_timeout_s)
+        for name, conf in settings.providers.items()
     }
     app[keys.PROVIDERS] = providers
     try:
@@ -243,11 +245,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         )
         app[keys.UPLOADS] = assembly.uploads(settings, copier, app[keys.STORAGE], store)
         app[_FINALIZER] = Finalizer(
-            store=store,
-            copier=copier,
+            store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS], translator=assembly.translator(app),
+            contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
@@ -308,9 +310,8 @@ def build_loops(app: web.Application) -> list[Loop]:
     backoff = retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s)
     loops: list[Loop] = [
         Dispatcher(
-            **common,
-            callback_base_url=base,
-            resolve_input=app[files.FILES].resolve_input, translator=assembly.translator(app),
+            **common, callback_base_url=base, resolve_input=app[files.FILES].resolve_input,
+            translator=assembly.translator(app),
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
@@ -318,9 +319,7 @@ def build_loops(app: web.Application) -> list[Loop]:
         EventProcessor(**common, events=app[_EVENTS], backoff=backoff),
         Poller(**common),
         Reaper(
-            **common,
-            cancel_grace_s=gw.cancel_grace_s,
-            cancel_resend_s=gw.cancel_resend_s,
+            **common, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
             max_job_lifetime_s=gw.max_job_lifetime_s,
             shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),

@@ -41,7 +41,7 @@ from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
-from gateway.validation import schema_problem
+from gateway.validation import schema_problem, schema_unknown
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
@@ -187,10 +187,17 @@ def _check(settings: Settings, path: Path | None) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
     problems = readiness_problems(settings) + _tls_problems(settings)
     problems += startchecks.storage_problems(gw := settings.gateway)
+    problems += startchecks.ca_file_problems(settings.providers)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
         print(f"cutover: warning: {ignored}", file=sys.stderr)
+    for route in settings.routes:
+        provider_conf = settings.providers.get(route.provider)
+        kind = provider_conf.kind if provider_conf else None
+        if (unknown := schema_unknown(route.openapi_schema, kind)) is not None:
+            name = f"{route.model}:{route.version}" if route.version else route.model
+            print(f"cutover: warning: route {name}: {unknown}", file=sys.stderr)
     print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
           " + CUTOVER_* environment")
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")

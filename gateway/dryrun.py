@@ -3,7 +3,8 @@
 ``cutover routes translate ROUTE --provider P --input JSON [--output JSON]`` prints, in
 order (docs/translation.md, "A dry run"):
 
-1. the app's input checked against the route's ``Input`` schema;
+1. the app's input checked against the route's ``Input`` schema (undeclared fields dropped,
+   or refused with ``strict_inputs``, as at create);
 2. the input map in use (the route's for ``P``, the adapter's default, or none) and the
    input it gives: what the adapter is handed;
 3. the HTTP request ``P``'s adapter would send, captured from the real adapter by a
@@ -11,7 +12,8 @@ order (docs/translation.md, "A dry run"):
    ``fake`` kind makes none);
 4. with ``--output`` (the provider's output, as its adapter reads it: fal's result, a
    RunPod job's ``output``, an OpenAI-compatible call's chunks): the output map's result,
-   checked against the route's ``Output`` schema: what the app would see.
+   then the output conformance check (:func:`gateway.conformance.conform`): what the app
+   would see.
 
 The exit status is 0 when every step passes, 1 when one fails (its one-line reason
 printed in its place), as for the other ``routes`` commands.
@@ -28,7 +30,7 @@ import httpx
 
 from contracts.errors import ConfigurationError, ContractViolation, CutoverError
 from contracts.snapshot import SubmitRequest
-from gateway import maps, providers
+from gateway import conformance, maps, providers
 from gateway.config import RouteSettings, Settings
 from gateway.rollout.spec import RouteSpec, route_key
 from gateway.translator import input_of
@@ -37,6 +39,7 @@ from gateway.validation import PROVIDER_SCHEMA, InputValidator, load_schema
 __all__ = ["add_command", "run"]
 
 _CAPTURE_S = 5.0
+_MISSING = object()
 _HIDDEN_HEADERS = frozenset({"authorization", "x-api-key", "cookie"})
 
 
@@ -80,24 +83,25 @@ async def run(settings: Settings, spec: RouteSpec, args: argparse.Namespace) -> 
     origin = "the route's" if own.input is not None else "the adapter's default" if (
         default is not None) else "none: the input is passed as it is"
     document = _document(route)
-    steps = [
-        ("input schema", lambda: _check_input(document, args.input)),
-        (f"input map ({origin})", lambda: _mapped(program, args.input, args.provider)),
-    ]
-    for title, step in steps:
-        if not _print_step(title, step):
-            return 1
-    mapped = _mapped(program, args.input, args.provider)
+    checked = _step("input schema", lambda: _check_input(document, route, args.input),
+                    show=False)
+    if checked is None:
+        return 1
+    mapped = _step(f"input map ({origin})", lambda: _mapped(program, checked, args.provider))
+    if mapped is None:
+        return 1
     request = await _captured(settings, route, args.provider, mapped, spec)
     _print_section(f"request {args.provider} ({conf.kind}) would get", request)
     if args.output is None:
         return 0
-    output_step = ("output map", lambda: _output(own.output, args.output, args.provider))
-    if not _print_step(*output_step):
+    seen = _step("output map", lambda: _output(own.output, args.output, args.provider),
+                 missing=_MISSING)
+    if seen is _MISSING:
         return 1
-    seen = _output(own.output, args.output, args.provider)
-    return 0 if _print_step("output schema, what the app would see",
-                            lambda: _check_output(document, seen)) else 1
+    schema = conformance.output_schema(document if isinstance(document, dict) else None)
+    shown = _step("output schema, what the app would see",
+                  lambda: conformance.conform(schema, seen), missing=_MISSING)
+    return 1 if shown is _MISSING else 0
 
 
 def _document(route: RouteSettings) -> dict[str, Any] | str | None:
@@ -108,28 +112,20 @@ def _document(route: RouteSettings) -> dict[str, Any] | str | None:
     return load_schema(route.openapi_schema)
 
 
-def _check_input(document: dict[str, Any] | str | None, value: dict[str, Any]) -> str:
+def _check_input(document: dict[str, Any] | str | None, route: RouteSettings,
+                 value: dict[str, Any]) -> dict[str, Any]:
+    """The input as the provider would get it (undeclared fields dropped, as at create),
+    after printing what the check found."""
     if document is None:
-        return "not checked: the route has no openapi_schema"
+        print("not checked: the route has no openapi_schema")
+        return value
     if isinstance(document, str):
-        return "not checked: the schema is read from the provider by a serving gateway"
-    InputValidator(document).check(value)
-    return "valid"
-
-
-def _check_output(document: dict[str, Any] | str | None, value: Any) -> Any:
-    schemas = document.get("components", {}).get("schemas", {}) if isinstance(
-        document, dict) else {}
-    declared = schemas.get("Output") if isinstance(schemas, dict) else None
-    if isinstance(declared, dict):
-        from jsonschema import Draft202012Validator  # for a dry run only
-
-        root = {**declared, "components": document.get("components")}  # type: ignore[union-attr]
-        errors = sorted(e.message for e in Draft202012Validator(root).iter_errors(value))
-        if errors:
-            raise ContractViolation(f"the output does not match the route's Output schema: "
-                                    f"{errors[0]}")
-    return value
+        print("not checked: the schema is read from the provider by a serving gateway")
+        return value
+    checked = InputValidator(document).check(value, strict=route.strict_inputs)
+    print("valid" + (f"; dropped, as the model does not declare them: "
+                     f"{', '.join(checked.dropped)}" if checked.dropped else ""))
+    return checked.input
 
 
 def _mapped(program: str | None, value: dict[str, Any], provider: str) -> dict[str, Any]:
@@ -142,14 +138,19 @@ def _output(program: str | None, value: Any, provider: str) -> Any:
     return maps.run(program, value, what=f"the output map of provider {provider!r}")
 
 
-def _print_step(title: str, step: Any) -> bool:
+def _step(title: str, step: Any, missing: Any = None, *, show: bool = True) -> Any:
+    """``step()`` under ``== title``: its result printed (``show``) and returned, or its
+    one-line failure printed and ``missing`` returned."""
+    print(f"== {title}")
     try:
         result = step()
     except (CutoverError, ConfigurationError) as exc:
-        _print_section(title, f"FAILED: {exc.detail}")
-        return False
-    _print_section(title, result)
-    return True
+        print(f"FAILED: {exc.detail}\n")
+        return missing
+    if show:
+        print(result if isinstance(result, str) else json.dumps(result, indent=2))
+    print()
+    return result
 
 
 def _print_section(title: str, value: Any) -> None:

@@ -14,13 +14,13 @@ and are applied when the gateway returns.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import random
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from contracts.auth import same_secret
 from contracts.errors import WebhookVerificationError
 from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -70,7 +70,7 @@ class Intake:
             provider is None
             or known is None
             or known[0] != provider_name
-            or not hmac.compare_digest(known[1].encode(), token.encode())
+            or not same_secret(token, known[1])
         ):
             raise WebhookVerificationError("unknown webhook URL")
         return provider

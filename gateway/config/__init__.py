@@ -88,12 +88,14 @@ class GatewaySettings(_Section):
     named_api_tokens: dict[str, SecretStr] = Field(default_factory=dict)
     account_username: str = "cutover"
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    body_read_timeout_s: float = Field(default=30.0, gt=0)  # silence: http/deadline.py
     max_output_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     allowed_output_types: list[str] = Field(default_factory=list)
     output_download_timeout_s: float = Field(default=60.0, gt=0)
     max_provider_webhook_bytes: int | None = Field(default=None, gt=0)
     prefer_wait_max_s: float = Field(default=60.0, gt=0, le=60.0)
     max_job_lifetime_s: float = Field(default=1800.0, gt=0)
+    submit_timeout_s: float = Field(default=300.0, gt=0)  # unreached provider: dispatcher
     lease_s: float = Field(default=30.0, gt=0)
     loop_interval_s: float = Field(default=0.5, gt=0)
     loop_max_idle_s: float = Field(default=10.0, gt=0)
@@ -195,7 +197,7 @@ class ProviderSettings(_Section):
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
     ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``. ``upload_token`` lets
     the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
-    §1.10).
+    §1.10). ``ca_file``, ``submit_timeout_s``: docs/providers.md, "TLS to providers".
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
@@ -213,6 +215,8 @@ class ProviderSettings(_Section):
     api: Literal["chat", "completions", "images"] = "chat"
     stream: bool = True
     jwks_url: str | None = None
+    ca_file: Path | None = None  # PEM: a private CA, trusted besides certifi's bundle
+    submit_timeout_s: float | None = Field(default=None, gt=0)  # else [gateway]'s
 
     def adapter_options(self) -> dict[str, Any]:
         """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
@@ -224,11 +228,9 @@ class ProviderSettings(_Section):
             "request_timeout_s": self.request_timeout_s,
             "fetch_interval_s": self.fetch_interval_s,
             "fetch_max_interval_s": self.fetch_max_interval_s,
-            "lost_grace_s": self.lost_grace_s,
-            "rate_limit_per_s": self.rate_limit_per_s,
-            "api": self.api,
-            "stream": self.stream,
-            "jwks_url": self.jwks_url,
+            "lost_grace_s": self.lost_grace_s, "rate_limit_per_s": self.rate_limit_per_s,
+            "api": self.api, "stream": self.stream, "jwks_url": self.jwks_url,
+            "ca_file": str(self.ca_file) if self.ca_file is not None else None,
         }
 
     @model_validator(mode="after")
@@ -384,13 +386,13 @@ def _message(error: Any) -> str:
     return str(error["msg"]).removeprefix("Value error, ")
 
 
-
 def _did_you_mean(error: Any) -> str:
     """`` (did you mean 'routes'?)`` after an unknown key close to a known one."""
     loc = [part for part in error["loc"] if isinstance(part, str)]  # no list indexes
     if error["type"] != "extra_forbidden" or not loc or len(loc) > 2 + (loc[0] == "providers"):
         return ""
-    section = {"providers": ProviderSettings, "routes": RouteSettings}.get(loc[0])
+    sections: dict[str, type[_Section | RouteSettings]] = {"providers": ProviderSettings}
+    section = sections.get(loc[0]) or (RouteSettings if loc[0] == "routes" else None)
     model = Settings if len(loc) == 1 else section or Settings.model_fields[loc[0]].annotation
     import difflib  # for a configuration error only, not at every start
 

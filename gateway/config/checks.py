@@ -6,12 +6,25 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
+from adapters import tls
 from contracts.errors import ConfigurationError
-from gateway.config import GatewaySettings
+from gateway.config import GatewaySettings, ProviderSettings
 from gateway.storage import LocalStorage, open_storage
 
-__all__ = ["local_dir", "resolvable", "storage_problems"]
+__all__ = ["ca_file_problems", "local_dir", "resolvable", "storage_problems"]
+
+
+def ca_file_problems(providers: Mapping[str, ProviderSettings]) -> list[str]:
+    """One line per provider whose ``ca_file`` is missing, unreadable or not PEM (``serve``
+    refuses to start with it; docs/providers.md, "TLS to providers")."""
+    return [
+        f"provider {name!r}: ca_file = {conf.ca_file}: {why} (a PEM file of the CA "
+        "certificates that sign the provider's server certificate)"
+        for name, conf in providers.items()
+        if conf.ca_file is not None and (why := tls.ca_file_problem(conf.ca_file))
+    ]
 
 
 def local_dir(storage_url: str) -> str:

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from contracts.auth import same_secret
 from contracts.errors import NotFound, ServiceUnavailable
 from gateway import ids, wire
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -178,8 +179,8 @@ class FileService:
             when = int(expiry)
         except ValueError:
             when = 0
-        valid = _is_id(file_id) and hmac.compare_digest(
-            self._signature(file_id, when), signature
+        valid = _is_id(file_id) and same_secret(
+            signature, self._signature(file_id, when)
         )
         if not valid or when < self._clock.now().timestamp():
             raise NotFound(f"file {file_id!r} does not exist")

@@ -20,10 +20,10 @@ fails a prediction whose output names an upload that was never recorded
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import AsyncIterable, Mapping
 
+from contracts.auth import same_secret
 from contracts.errors import CutoverError, NotFound, PayloadTooLarge
 from gateway.files.download import DownloadFailed, Spool, remove
 from gateway.files.outputs import AssetError, OutputCopier, asset_key
@@ -84,7 +84,7 @@ class Uploads:
             Unknown provider or token, or a prediction that is not this provider's.
         """
         expected = self._tokens.get(provider)
-        if expected is None or not hmac.compare_digest(expected.encode(), token.encode()):
+        if expected is None or not same_secret(token, expected):
             raise NotFound("unknown upload URL")
         owner = await self._store.callback_token(job_id) if job_id else None
         if owner is None or owner[0] != provider:

@@ -16,17 +16,18 @@ token's name as "who". Bad input is a problem+json 4xx and changes nothing.
 ``GET  /admin/routes/{route}/shadow-report?since=&format=``
     the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
     ``md`` or ``json``
-``GET  /admin/predictions/{id}``               which route, arm and provider served it
+``GET  /admin/predictions/{id}``               which route, arm and provider served it,
+                                               its error and raw output (conformance)
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
 from aiohttp import web
 
+from contracts.auth import same_secret
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
 from gateway.http import keys
@@ -51,9 +52,9 @@ def _key(request: web.Request) -> str:
 
 def _who(request: web.Request) -> str:
     """The name of the admin token the (already authenticated) request presented."""
-    presented = presented_token(request).encode(errors="surrogateescape")
+    presented = presented_token(request)
     for name, accepted in request.app[ADMIN_TOKENS]:
-        if hmac.compare_digest(presented, accepted):
+        if same_secret(presented, accepted):
             return name
     return "admin"
 
@@ -193,6 +194,9 @@ async def prediction_owner(request: web.Request) -> web.Response:
             "provider": job.provider,
             "provider_job_id": job.provider_job_id,
             "state": job.state.value,
+            "error": job.error,
+            # the provider's output when it failed the model's Output schema (conformance)
+            "raw_output": job.raw_output,
             "shadow_of": job.shadow_of,
             "shadows": [{"id": s.id, "provider": s.provider, "state": s.state.value}
                         for s in shadows],

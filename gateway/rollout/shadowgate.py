@@ -149,6 +149,7 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         provider=spec.candidate if arm == "shadow" else spec.provider,
         target=routed.route.candidate_target if arm == "shadow" else routed.route.target,
         input=new.input,
+        logs=new.logs,
         callback_token=ids.callback_token(),
         deadline=new.deadline,
         created_at=new.created_at,

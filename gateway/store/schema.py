@@ -75,6 +75,8 @@ jobs = sa.Table(
     sa.Column("target", sa.String(255)),
     sa.Column("input", sa.JSON, nullable=False),
     sa.Column("output", sa.JSON),
+    # A failed output check's provider output, for operators (gateway/conformance.py).
+    sa.Column("raw_output", sa.JSON),
     sa.Column("logs", sa.Text),
     sa.Column("error", sa.Text),
     sa.Column("metrics", sa.JSON),

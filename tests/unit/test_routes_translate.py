@@ -74,6 +74,16 @@ def test_translate_prints_the_fal_request_and_what_the_app_sees(
         "https://v3.fal.media/a.png"]
 
 
+def test_translate_drops_an_undeclared_input_as_a_create_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert translate(tmp_path, "--provider", "cog", "--input",
+                     '{"prompt": "x", "stream": true}') == 0
+    shown = sections(capsys.readouterr().out)
+    assert shown["input schema"] == "valid; dropped, as the model does not declare them: stream"
+    assert json.loads(shown["request cog (cog) would get"])["json"]["input"] == {"prompt": "x"}
+
+
 def test_translate_on_the_control_without_maps_shows_cogs_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,7 +99,7 @@ def test_translate_on_the_control_without_maps_shows_cogs_request(
     (["--input", '{"prompt": "x"}', "--output", '{"images": 3}'],
      "FAILED: the output map of provider 'fal' failed: Cannot iterate over number (3)"),
     (["--input", '{"prompt": "x"}', "--output", '{"images": [{"url": 3}]}'],
-     "FAILED: the output does not match the route's Output schema: 3 is not of type 'string'"),
+     "FAILED: output[0] is an integer where the model declares one URI"),
 ])
 def test_translate_names_the_failing_check_and_exits_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], failed: str
