@@ -18,6 +18,7 @@ from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
+from gateway.store.sessions import ConsoleSessions
 from gateway.translator import Translator
 from gateway.validation import Schemas
 from gateway.webhooks import signing
@@ -135,10 +136,15 @@ def retention_loop(app: Any, store: RetentionStore) -> Retention:
 
 async def open_routes(app: Any, engine: Any) -> None:
     """Routes as data and shadows (docs/canary.md): seed, load, and keep the services
-    under ``keys.ROUTES`` of ``app``."""
+    under ``keys.ROUTES`` of ``app``; the console's sessions (docs/console.md) under
+    ``keys.CONSOLE_SESSIONS``."""
     from gateway.http import keys  # the keys name this module's own types
 
     settings = app[keys.SETTINGS]
+    app[keys.CONSOLE_SESSIONS] = ConsoleSessions(
+        engine, idle_s=settings.admin.session_idle_s, max_s=settings.admin.session_max_s,
+        clock=app[keys.CLOCK],
+    )
     app[keys.ROUTES] = await routewiring.open_routes(
         engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS], app[keys.STORAGE],
         providers=list(settings.providers), public_url=settings.gateway.public_url,

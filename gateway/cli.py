@@ -2,13 +2,13 @@
 
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
-``cutover check --config FILE``  validate the configuration and print a summary
+``cutover check --config FILE``  validate the configuration, print a summary and the drift
 ``cutover health [--config FILE]``  GET /ready where ``serve`` listens (:mod:`gateway.healthcheck`)
 ``cutover chaos [--predictions N] [--profile FILE] [--database-url URL]``  the chaos run
 ``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
 ``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
 ``cutover webhooks replay ID | --since T [--until T]``  send dead events again
-``cutover routes list | show ROUTE | set-canary | rollback | set-shadow``  routes (below)
+``cutover routes list | show | set-canary | set-shadow | rollback | promote | pause-guard``
 
 The ``webhooks`` commands work directly on the configured database (``--config``), so
 they also work while no gateway runs; a running gateway sends replayed events within
@@ -39,6 +39,7 @@ from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
 from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
+from gateway.rollout import drift as routedrift
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
 from gateway.validation import schema_problem, schema_unknown
@@ -212,7 +213,20 @@ def _check(settings: Settings, path: Path | None) -> int:
         moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
               f"{moving}")
+    print(_drift(settings))
     return 1 if problems else 0
+
+
+def _drift(settings: Settings) -> str:
+    """Routes changed live away from the file, with the TOML that would match them
+    (:mod:`gateway.rollout.drift`); a store that cannot be read is said, not fatal."""
+    try:
+        found = asyncio.run(routedrift.find(settings))
+    except (db.StoreError, OSError) as exc:
+        return f"drift       not checked: {_unreachable(settings, exc)}"
+    if isinstance(found, str):
+        return f"drift       not checked: {found}"
+    return routedrift.render(found)
 
 
 def readiness_problems(settings: Settings) -> list[str]:

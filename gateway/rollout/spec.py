@@ -146,6 +146,8 @@ class RouteSpec(_Frozen):
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
     maps: dict[str, MapSpec] = Field(default_factory=dict)
+    #: Set live only (``cutover routes pause-guard``): the guard still counts, never acts.
+    guard_paused: bool = False
 
     @field_validator("caller_key", mode="before")
     @classmethod
@@ -165,11 +167,15 @@ class RouteSpec(_Frozen):
         return self
 
     def stored(self) -> dict[str, Any]:
-        """The JSON form kept in the store (``caller_key`` as its text form; ``maps`` only
-        when there are some, so a route without maps keeps the digest it was seeded with
-        and an upgrade reports no change of it: :func:`gateway.store.routes.config_hash`)."""
-        data = self.model_dump(mode="json", exclude={"caller_key"} | (set() if self.maps
-                                                                       else {"maps"}))
+        """The JSON form kept in the store (``caller_key`` as its text form;
+        ``guard_paused`` only while true and ``maps`` only when there are some, so a spec
+        stored before they existed, and its config digest, read the same:
+        :func:`gateway.store.routes.config_hash`)."""
+        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused", "maps"})
+        if self.guard_paused:
+            data["guard_paused"] = True
+        if self.maps:
+            data["maps"] = {name: spec.model_dump(mode="json") for name, spec in self.maps.items()}
         return {**data, "caller_key": str(self.caller_key)}
 
 
