@@ -37,6 +37,7 @@ from gateway import app, healthcheck, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
+from gateway.config import tenants as tenancy
 from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
 from gateway.rollout import drift as routedrift
@@ -211,8 +212,11 @@ def _check(settings: Settings, path: Path | None) -> int:
     for route in settings.routes:
         target = f" ({route.target})" if route.target else ""
         moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
+        only = f", tenants {', '.join(route.tenants)}" if route.tenants else ""
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
-              f"{moving}")
+              f"{moving}{only}")
+    for tenant in settings.tenants:  # docs/security.md
+        print(f"tenant      {tenant.name}: {len(tenant.api_tokens)} API token(s)")
     print(_drift(settings))
     return 1 if problems else 0
 
@@ -236,7 +240,7 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [providers.NAME] configured: there is nothing to send work to")
     if not settings.routes:
         problems.append("no [[routes]] configured: every create would be 404")
-    if not settings.gateway.api_tokens:
+    if not tenancy.api_tokens(settings):  # named_api_tokens and [[tenants]] count too
         problems.append("no [gateway] api_tokens: every API request would be 401")
     token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
     problems.extend(providers.missing_credentials(token_envs, os.environ))
@@ -294,7 +298,8 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
                 until=parse_time(args.until, "--until") if args.until else None,
                 limit=args.limit,
             )
-            print(_table(found) if found else "no dead-lettered webhook events")
+            shown = _table(found, tenants=bool(settings.tenants))
+            print(shown if found else "no dead-lettered webhook events")
         elif args.action == "show":
             print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
         elif args.id is not None:
@@ -321,13 +326,15 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
 _HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
 
 
-def _table(letters: Sequence[Letter]) -> str:
-    """Dead events as an aligned text table (errors cut at 60 characters)."""
+def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
+    """Dead events as an aligned text table (errors cut at 60 characters); ``tenants``
+    (with ``[[tenants]]``): a TENANT column after the prediction."""
     rows = [
         (
             str(x.id),
             x.msg_id,
             x.prediction_id,
+            *((x.tenant,) if tenants else ()),
             x.event,
             str(x.attempts),
             str(x.last_status_code or "-"),
@@ -336,10 +343,11 @@ def _table(letters: Sequence[Letter]) -> str:
         )
         for x in letters
     ]
-    widths = [max(len(r[i]) for r in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
+    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
+    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [_HEADINGS, *rows]
+        for r in [headings, *rows]
     )
 
 

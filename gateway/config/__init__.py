@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
+from gateway.config import tenants as tenancy
 from gateway.config.sections import (
     AdminSettings,
     AdminToken,
@@ -269,6 +270,7 @@ class Settings(BaseSettings):
     providers: dict[Annotated[str, Field(max_length=64)], ProviderSettings] = Field(
         default_factory=dict)  # at most jobs.provider's 64 characters
     routes: list[RouteSettings] = Field(default_factory=list)
+    tenants: list[tenancy.TenantSettings] = Field(default_factory=list)  # gateway/config/tenants.py
 
     @model_validator(mode="after")
     def _routes_name_providers(self) -> Settings:
@@ -285,11 +287,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tokens_usable(self) -> Settings:
-        """A token no header can carry (empty, a space, a newline pasted from a file)
-        never matched, and an admin token that is also an API token let every app holding
-        it change routes; both were accepted without a word."""
-        gw = self.gateway
-        api = {t.get_secret_value() for t in [*gw.api_tokens, *gw.named_api_tokens.values()]}
+        """Tenants apart (config/tenants.py), tokens a header can carry, admin tokens apart."""
+        tenancy.check(self)
+        api = set(tenancy.api_tokens(self).values())
         admin = {token for _, token in self.admin.named_tokens()}
         for where, tokens in (("gateway API", api), ("[admin]", admin)):
             if any(not _TOKEN_RE.fullmatch(token) for token in tokens):

@@ -68,6 +68,7 @@ class RouteSettings(_Section):
     strict_inputs: bool = False
     priority: int = Field(default=0, ge=-100, le=100)
     shadow_percent: float = Field(default=0.0, ge=0.0, le=100.0)
+    tenants: list[str] | None = Field(default=None, min_length=1)
     baseline_percent: float = Field(default=20.0, ge=0.0, le=100.0)
     caller_key: CallerKey = Field(default_factory=CallerKey)
     guard: GuardSettings | None = None

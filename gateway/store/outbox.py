@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
 from gateway import logs, wire
@@ -159,7 +161,10 @@ class Planner:
     throttle_s : float
         Minimum seconds between two ``output`` (or two ``logs``) events of one job.
     stream_secret : str
-        The key of ``urls.stream`` tokens (payloads equal what GET returns).
+        The key of ``urls.stream`` tokens (payloads equal what GET returns): the
+        ``default`` tenant's.
+    stream_secrets : Mapping[str, str], optional
+        Other tenants' keys, by tenant (docs/security.md).
     handoff : Handoff or None
         Where new ``completed`` rows are leased to and handed, after their commit, when
         this process delivers webhooks (:mod:`gateway.store.handoff`); None: they wait
@@ -172,10 +177,11 @@ class Planner:
         base_url: str,
         throttle_s: float,
         stream_secret: str = "",
+        stream_secrets: Mapping[str, str] | None = None,
         handoff: Handoff | None = None,
     ) -> None:
         self._base_url = base_url
-        self._stream_secret = stream_secret
+        self._stream_secrets = {DEFAULT_TENANT: stream_secret, **(stream_secrets or {})}
         self._throttle = timedelta(seconds=throttle_s)
         self.handoff = handoff
 
@@ -198,7 +204,8 @@ class Planner:
         if not events:
             return Plan()
         try:
-            body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
+            secret = self._stream_secrets.get(new.tenant)
+            body = wire.prediction(new, self._base_url, stream_secret=secret)
             payload = wire.compact_json(body.wire()).decode()
         except (ValueError, TypeError) as exc:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from gateway.store.engine.errors import ValueRefused
 
@@ -52,6 +53,7 @@ class NewJob:
     request_hash: str | None = None
     created_at: datetime | None = None
     owner: str | None = None  # the API token's name: fair dispatch across apps
+    tenant: str = DEFAULT_TENANT  # that token's tenant: who may read it (docs/security.md)
     priority: int = 0  # the route's: higher is dispatched first
     arm: str = "control"
     shadow_of: str | None = None
