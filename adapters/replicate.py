@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError as _SwError
 
-from adapters import transport
+from adapters import errortext, transport
 from contracts.errors import (
     ContractViolation,
     UpstreamRejected,
@@ -84,7 +84,7 @@ class _Prediction(BaseModel):
 
     def snapshot(self) -> ProviderSnapshot:
         state = map_status(self.status)
-        error = None if self.error in (None, "") else str(self.error)
+        error = None if self.error in (None, "") else errortext.one_line(str(self.error))
         if state is JobState.FAILED and error is None:
             error = f"the upstream prediction ended {self.status}"
         return ProviderSnapshot(

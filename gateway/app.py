@@ -272,7 +272,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             events=app[_EVENTS],
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
-            clock=clock,
+            clock=clock, finalizer=app[_FINALIZER],
         )
         yield
 

@@ -330,6 +330,13 @@ class ProviderEvents(lease.Leasing):
             marked = set(done.scalars())
         return [event_id in marked for event_id in ids]
 
+    async def keep(self, event_id: int, body: bytes) -> None:
+        """Store an applied event's kept body (:func:`adapters.errortext.kept_body`): its
+        apply needed the raw one, diagnosis needs no payloads."""
+        async with self._engine.begin() as conn:
+            await conn.execute(provider_events.update()
+                               .where(provider_events.c.id == event_id).values(body=body))
+
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's
         backoff); only if this process still holds the lease. True when it did. The

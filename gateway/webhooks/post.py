@@ -9,6 +9,7 @@ one signed body (:func:`post`) through the session every delivery goes through
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from collections.abc import AsyncIterator
 
@@ -25,6 +26,7 @@ __all__ = ["USER_AGENT", "host", "log_outcome", "open_session", "post"]
 log = logging.getLogger("gateway.webhooks.delivery")  # one logger for delivery
 
 USER_AGENT = "cutover"
+_INLINE_BODY_BYTES = 1024 * 1024  # aiohttp warns for raw bytes over 1 MiB: streamed
 
 
 @contextlib.asynccontextmanager
@@ -52,8 +54,9 @@ async def post(
 ) -> Attempt:
     """POST ``body`` to ``url`` once, redirects not followed: the status and ``Retry-After``
     of the answer, or the error (``refused`` when the SSRF guard refused the target)."""
+    data: bytes | io.BytesIO = io.BytesIO(body) if len(body) > _INLINE_BODY_BYTES else body
     try:
-        async with http.post(url, data=body, headers=headers, allow_redirects=False) as response:
+        async with http.post(url, data=data, headers=headers, allow_redirects=False) as response:
             return Attempt(
                 status_code=response.status,
                 retry_after=response.headers.get("Retry-After"),
