@@ -7,6 +7,8 @@
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
 #   make demo-migration  a route moved between two real Cog servers: shadow, report,
 #                canary 10 -> 50 -> 100, a forced failure, the guard's rollback (1-2 min)
+#   make demo-translation  a route moved from real Cog to a fal-shaped candidate with maps:
+#                every shadow pair a contract break without them, 0 with them (1 min)
 #   make bench   every bench/*.py, if there are any
 #   make chaos   the chaos run: 1,000 predictions under faults (CHAOS_ARGS="--predictions 200")
 #   make clean   caches, build output and the demo's work dir (.venv stays: `make distclean`)
@@ -27,7 +29,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONHOME
 
-.PHONY: venv test lint pytest soak demo demo-migration bench chaos clean distclean
+.PHONY: venv test lint pytest soak demo demo-migration demo-translation bench chaos clean distclean
 
 venv: $(STAMP)
 
@@ -66,6 +68,9 @@ demo: $(STAMP)
 demo-migration: $(STAMP)
 	$(BIN)/python examples/migration.py
 
+demo-translation: $(STAMP)
+	$(BIN)/python examples/translation.py
+
 bench: $(STAMP)
 	@shopt -s nullglob; scripts=(bench/*.py); \
 	if (( $${#scripts[@]} == 0 )); then echo "== no bench/*.py yet: nothing to run"; exit 0; fi; \
@@ -75,7 +80,7 @@ chaos: $(STAMP)
 	$(BIN)/cutover chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf .demo .demo-migration build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \
+	rm -rf .demo .demo-migration .demo-translation build dist .pytest_cache .ruff_cache .hypothesis .mypy_cache .import_linter_cache \
 	  *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 
