@@ -25,7 +25,7 @@ import replicate
 
 from gateway import canary
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
+from tests.support.databases import DEFAULT_BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, live_config
 from tests.support.process import GatewayProcess, listen_port
@@ -142,7 +142,7 @@ class Stack:
         return prediction
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
+from tests.support.databases import DEFAULT_BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.process import GatewayProcess, listen_port
 
@@ -100,7 +100,7 @@ def run(http: httpx.Client, model_input: dict[str, Any], timeout_s: float = 300)
     raise AssertionError(f"the prediction did not finish within {timeout_s} s")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", DEFAULT_BACKENDS)
 def test_a_large_cog_output_streams_into_owned_storage_with_flat_memory(
     backend: str, tmp_path: Path, stack: Stack
 ):

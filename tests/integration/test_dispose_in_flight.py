@@ -30,6 +30,8 @@ from gateway.store.group import Group
 from gateway.store.heartbeat import Repeat
 from tests.support.databases import database_url_for
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 HOLD_S = 0.5  # how long the detached task keeps its transaction open
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from gateway.store import db, schema
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 def _differences(connection: Any) -> list[Any]:

@@ -31,6 +31,8 @@ from gateway.http import keys
 from gateway.store.group import Group
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 async def test_a_loop_write_in_flight_at_shutdown_starts_nothing_after_the_dispose(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
