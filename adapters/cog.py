@@ -14,7 +14,6 @@ webhook, which never runs the model again and reads a forgotten prediction as *l
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -25,7 +24,7 @@ from pydantic import ValidationError
 
 from adapters import cog_wire, tls
 from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
-from contracts.auth import bearer_token
+from contracts.auth import bearer_token, same_secret
 from contracts.errors import (
     ContractViolation,
     CutoverError,
@@ -82,6 +81,9 @@ class CogAdapter:
         (:attr:`capabilities`).
     transport : httpx.AsyncBaseTransport or None
         For tests (``httpx.MockTransport``); None uses the network.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides ``SSL_CERT_FILE`` /
+        ``SSL_CERT_DIR`` (the Cog environment rule), else certifi's.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class CogAdapter:
         fetch_max_interval_s: float = 120.0,
         lost_grace_s: float = TERMINAL_RETRY_WINDOW_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -106,7 +109,7 @@ class CogAdapter:
         self._timeout_s = request_timeout_s
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport,
-            verify=tls.client_context(),
+            verify=tls.client_context(ca_file=ca_file),
         )
 
     async def aclose(self) -> None:
@@ -255,8 +258,7 @@ class CogAdapter:
         value = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
         if value is None:
             raise WebhookVerificationError(f"{self.name}: webhook without Authorization{_HINT}")
-        presented = bearer_token(value).encode(errors="surrogateescape")
-        if not hmac.compare_digest(presented, self._token.encode()):
+        if not same_secret(bearer_token(value), self._token):
             raise WebhookVerificationError(
                 f"{self.name}: webhook bearer token does not match{_HINT}"
             )
@@ -299,9 +301,8 @@ class CogAdapter:
         try:
             yield
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
-            raise UpstreamUnreachable(
-                f"{self.name}: {action} {job_id}: cannot connect ({type(exc).__name__})"
-            ) from exc
+            why = tls.verify_failure(exc) or f"cannot connect ({type(exc).__name__})"
+            raise UpstreamUnreachable(f"{self.name}: {action} {job_id}: {why}") from exc
         except httpx.TimeoutException as exc:
             raise UpstreamRetryable(
                 f"{self.name}: {action} {job_id} timed out after {self._timeout_s} s"

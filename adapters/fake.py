@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.auth import same_secret
 from contracts.errors import (
     CapabilityMissing,
     ContractViolation,
@@ -223,7 +224,7 @@ class FakeAdapter:
         if presented is None:
             raise WebhookVerificationError(f"{self.name}: unsigned webhook")
         expected = self.sign(body)[SIGNATURE_HEADER]
-        if not hmac.compare_digest(presented.encode(), expected.encode()):
+        if not same_secret(presented, expected):
             raise WebhookVerificationError(f"{self.name}: webhook signature does not match")
 
     def parse_webhook(self, body: bytes) -> ProviderSnapshot:

@@ -125,6 +125,8 @@ class FalAdapter:
         Unix seconds for the signature window (tests).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class FalAdapter:
         rate_limit_per_s: float | None = None,
         clock: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -147,7 +150,7 @@ class FalAdapter:
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
         )
         self._http = _upstream(name, base_url, token, request_timeout_s, rate_limit_per_s,
-                               transport)
+                               transport, ca_file)
         self._jwks_url = jwks_url
         extra = {"clock": clock} if clock is not None else {}
         self._keys = fal_webhook.JwksCache(self._fetch_jwks, **extra)
@@ -283,11 +286,12 @@ class FalAdapter:
 def _upstream(
     name: str, base_url: str, token: str | None, timeout_s: float,
     rate_limit_per_s: float | None, mock: httpx.AsyncBaseTransport | None,
+    ca_file: str | None = None,
 ) -> transport.Upstream:
     headers = {"Authorization": f"Key {token}"} if token else {}
     return transport.Upstream(
         name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers, timeout_s=timeout_s,
-        rate_limit_per_s=rate_limit_per_s, transport=mock,
+        rate_limit_per_s=rate_limit_per_s, transport=mock, ca_file=ca_file,
     )
 
 

@@ -103,6 +103,8 @@ class OpenAIAdapter:
         How long a call held elsewhere may still end (default: ``request_timeout_s``).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class OpenAIAdapter:
         rate_limit_per_s: float | None = None,
         lost_grace_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         grace = request_timeout_s if lost_grace_s is None else lost_grace_s
@@ -137,6 +140,7 @@ class OpenAIAdapter:
         self._http = _Upstream(
             name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers,
             timeout_s=request_timeout_s, rate_limit_per_s=rate_limit_per_s, transport=transport,
+            ca_file=ca_file,
         )
         self._instance = secrets.token_hex(4)
         self._calls: dict[str, _Call] = {}

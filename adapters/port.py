@@ -4,8 +4,8 @@ An adapter translates between provider-neutral contracts and one provider's wire
 It owns one ``httpx.AsyncClient`` (created in its constructor without I/O, closed by
 ``aclose``), one mapping table from the provider's raw statuses to
 :class:`contracts.job.JobState`, and one place where httpx errors and provider error
-bodies become :mod:`contracts.errors` (STYLE.md rules 3 and 5). Adapters never touch the
-database.
+bodies become :mod:`contracts.errors` (docs/architecture.md, rules 3 and 5). Adapters
+never touch the database.
 """
 
 from __future__ import annotations

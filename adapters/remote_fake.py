@@ -88,6 +88,8 @@ class RemoteFakeAdapter(FakeAdapter):
         Poll intervals advertised in the capabilities, in seconds.
     transport : httpx.AsyncBaseTransport or None
         For tests (``httpx.MockTransport``); None uses the network.
+    ca_file : str or None
+        PEM file of CA certificates trusted as well (a private CA).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class RemoteFakeAdapter(FakeAdapter):
         fetch_interval_s: float = 1.0,
         fetch_max_interval_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(
             name=name, secret=secret,
@@ -107,7 +110,7 @@ class RemoteFakeAdapter(FakeAdapter):
         )
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), timeout=request_timeout_s, transport=transport,
-            verify=tls.client_context(),
+            verify=tls.client_context(ca_file=ca_file),
         )
 
     async def submit(self, request: SubmitRequest) -> ProviderSnapshot:
@@ -150,9 +153,8 @@ class RemoteFakeAdapter(FakeAdapter):
         try:
             yield
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
-            raise UpstreamUnreachable(
-                f"{self.name}: {what}: cannot connect ({type(exc).__name__})"
-            ) from exc
+            why = tls.verify_failure(exc) or f"cannot connect ({type(exc).__name__})"
+            raise UpstreamUnreachable(f"{self.name}: {what}: {why}") from exc
         except httpx.HTTPError as exc:
             raise UpstreamRetryable(f"{self.name}: {what} failed ({type(exc).__name__})") from exc
 

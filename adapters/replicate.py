@@ -108,6 +108,8 @@ class ReplicateAdapter:
         Call timeout; first and largest poll interval; requests per second (None: none).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class ReplicateAdapter:
         fetch_max_interval_s: float = 30.0,
         rate_limit_per_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -131,7 +134,7 @@ class ReplicateAdapter:
         self._http = _Upstream(
             name=name, base_url=(base_url or DEFAULT_BASE_URL).removesuffix("/v1"),
             headers=headers, timeout_s=request_timeout_s, rate_limit_per_s=rate_limit_per_s,
-            transport=transport,
+            transport=transport, ca_file=ca_file,
         )
         self._secret: Webhook | None = None
         self._secret_at = 0.0

@@ -109,6 +109,8 @@ class RunPodAdapter:
         Call timeout; first and largest poll interval; requests per second (None: none).
     transport : httpx.AsyncBaseTransport or None
         For tests.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's (a private CA).
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class RunPodAdapter:
         fetch_max_interval_s: float = 30.0,
         rate_limit_per_s: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
@@ -135,6 +138,7 @@ class RunPodAdapter:
         self._http = _Upstream(
             name=name, base_url=base_url or DEFAULT_BASE_URL, headers=headers,
             timeout_s=request_timeout_s, rate_limit_per_s=rate_limit_per_s, transport=transport,
+            ca_file=ca_file,
         )
 
     async def aclose(self) -> None:

@@ -1,10 +1,11 @@
 """The HTTP boundary shared by the hosted-provider adapters (fal, RunPod, OpenAI, Replicate).
 
 One place where httpx exceptions, provider error statuses and unreadable bodies become
-:mod:`contracts.errors` (STYLE.md rule 5), plus the per-provider request rate limit.
+:mod:`contracts.errors` (docs/architecture.md, rule 5), plus the per-provider request rate limit.
 
 * Transport failures: a failure to *connect* never reached the provider, so it is
-  retryable everywhere; any later failure (a read timeout, a dropped connection) of a
+  retryable everywhere (a certificate that does not verify is one, and says so:
+  ``certificate verify failed: ...``); any later failure (a read timeout, a dropped connection) of a
   call that is not idempotent (a create at fal, RunPod, an OpenAI-compatible server or
   Replicate: none dedupes, docs/providers.md) may have started paid work, so it becomes
   ``UpstreamRejected`` and is never retried blindly.
@@ -18,7 +19,7 @@ One place where httpx exceptions, provider error statuses and unreadable bodies 
   ``UpstreamRejected`` (the work may exist upstream: never resubmitted blindly).
 * :class:`RateLimiter` is a token bucket shared by all of a process's jobs on one
   provider. It never sleeps: an empty bucket raises ``ProviderBusy`` with the wait as
-  ``retry_after_s``, and the caller persists its next attempt (STYLE.md rule 13).
+  ``retry_after_s``, and the caller persists its next attempt (docs/architecture.md, rule 13).
 """
 
 from __future__ import annotations
@@ -146,6 +147,9 @@ class Upstream:
         Larger bodies are refused (``UpstreamRetryable``).
     transport : httpx.AsyncBaseTransport or None
         For tests; None uses the network.
+    ca_file : str or None
+        PEM file of CA certificates trusted besides certifi's bundle (the provider's
+        ``ca_file``: a private CA; :mod:`adapters.tls`).
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class Upstream:
         rate_limit_per_s: float | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.name = name
         self.limiter = RateLimiter(rate_limit_per_s, burst=max(1, int(rate_limit_per_s or 1)))
@@ -169,7 +174,7 @@ class Upstream:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             transport=transport,
             trust_env=False,
-            verify=tls.client_context(trust_env=False),
+            verify=tls.client_context(trust_env=False, ca_file=ca_file),
         )
 
     async def aclose(self) -> None:
@@ -246,9 +251,8 @@ class Upstream:
         try:
             yield
         except _CONNECT_ERRORS as exc:
-            raise UpstreamUnreachable(
-                f"{self.name}: {action}: cannot connect ({type(exc).__name__})"
-            ) from exc
+            why = tls.verify_failure(exc) or f"cannot connect ({type(exc).__name__})"
+            raise UpstreamUnreachable(f"{self.name}: {action}: {why}") from exc
         except httpx.HTTPError as exc:
             what = (
                 f"timed out after {self._timeout_s} s"

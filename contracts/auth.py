@@ -1,12 +1,30 @@
 """The one parser of ``Authorization`` headers (docs/replicate-api.md §1: ``Bearer
 <token>``, or the legacy ``Token <token>``; docs/cog.md: Cog's webhooks carry ``Bearer
-<token>``). Pure text in, text out: the callers compare tokens in constant time."""
+<token>``). Pure text in, text out; :func:`same_secret` is the one constant-time compare
+of a presented token, capability or signature with the expected one (docs/security.md)."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Collection
 
-__all__ = ["bearer_token", "credentials"]
+__all__ = ["bearer_token", "credentials", "same_secret"]
+
+
+def same_secret(presented: str | bytes, expected: str | bytes) -> bool:
+    """Whether ``presented`` is ``expected``, in constant time, for any input.
+
+    Both are compared as bytes: ``hmac.compare_digest`` raises ``TypeError`` on a ``str``
+    with a character outside ASCII (a query value ``?t=%C3%A9`` was a 500). A ``str`` is
+    encoded as UTF-8 with ``surrogatepass``, which is one-to-one and never fails, so the
+    lone surrogates a decoder leaves for undecodable bytes compare too (and never equal
+    a printable token).
+    """
+    return hmac.compare_digest(_as_bytes(presented), _as_bytes(expected))
+
+
+def _as_bytes(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
 
 
 def credentials(authorization: str | None) -> tuple[str, str]:

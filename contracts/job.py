@@ -1,4 +1,4 @@
-"""The internal job and its lifecycle (DESIGN.md, "Lifecycle").
+"""The internal job and its lifecycle (docs/lifecycle.md).
 
 States move forward only::
 

@@ -62,7 +62,7 @@ import replicate
 import tomli_w
 from demo import Service, expect, rel, say, since
 
-from gateway import canary
+from gateway.rollout import canary
 
 ROOT = Path(__file__).resolve().parent.parent
 NOISE_DIR = ROOT / "examples" / "noise"

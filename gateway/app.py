@@ -1,10 +1,9 @@
 """``create_app(settings)``: the aiohttp application and everything it owns.
 
 Each resource lives in its own cleanup context, created at start-up and closed at
-shutdown in reverse order (STYLE.md rules 7, 8): the database engine (migrations applied
-at start), the provider adapters, the HTTP client for output files, the SSRF-guarded
-HTTP client for outbound webhooks, then the background loops (dispatcher, poller, reaper,
-provider-event processor, webhook delivery). The admin API is a sub-application under
+shutdown in reverse order: the database engine (migrations applied at start), the
+provider adapters, the HTTP clients for output files and (SSRF-guarded) outbound
+webhooks, then the background loops. The admin API is a sub-application under
 ``/admin`` with its own tokens (:mod:`gateway.http.admin`).
 """
 
@@ -22,11 +21,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway import assembly, collector
+from gateway import assembly, collector, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
 from gateway.dispatcher import Dispatcher
-from gateway.files import FileService
+from gateway.files.inputs import InputStager
+from gateway.files.outputs import OutputCopier
+from gateway.files.service import FileService
 from gateway.finalizer import Finalizer
 from gateway.http import (
     access,
@@ -42,22 +43,21 @@ from gateway.http import (
 )
 from gateway.http.admin import create_admin_app
 from gateway.http.middleware import ApiTokens
-from gateway.inputs import InputStager
+from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop, NextDue
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import OutputCopier
 from gateway.poller import Poller
 from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter, credential
-from gateway.ratelimit import Limiter
 from gateway.reaper import Reaper, next_work
-from gateway.routing import Router
-from gateway.store import checkpoint, db, lease, secrets
+from gateway.rollout.router import Router
+from gateway.store import lease, secrets
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
+from gateway.store.engine import checkpoint, db
 from gateway.store.events import ProviderEvents
 from gateway.store.files import FileStore
 from gateway.store.handoff import Handoff
@@ -67,7 +67,7 @@ from gateway.store.reader import JobReader
 from gateway.store.retention import RetentionStore
 from gateway.validation import Schemas
 from gateway.watch import Watcher
-from gateway.webhooks import delivery, post, retry, signing, ssrf
+from gateway.webhooks import delivery, post, signing, ssrf
 from gateway.webhooks.deadletter import DeadLetters
 
 __all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve", "signing_secret"]
@@ -102,7 +102,8 @@ def create_app(
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
-    front = access.front_middleware(ApiTokens(assembly.api_tokens(settings)), limiter, metrics)
+    tokens = ApiTokens(assembly.api_tokens(settings))
+    front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS] = settings
@@ -117,8 +118,8 @@ def create_app(
     app.cleanup_ctx.append(_storage)
     app.cleanup_ctx.append(_database)
     app.cleanup_ctx.append(_providers)
-    app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(_webhook_http)
+    app.cleanup_ctx.append(_services)
     app.cleanup_ctx.append(_loops(run_loops))
     app.add_routes(ops.routes)
     app.add_routes(assets.routes)
@@ -165,7 +166,7 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     engine = db.create_engine(settings.gateway.database_url,
                               statement_timeout_s=settings.gateway.database_statement_timeout_s)
-    checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/checkpoint.py)
+    checkpoint.install(engine)  # SQLite's WAL checkpoint off the loop (store/engine/checkpoint.py)
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine
@@ -191,11 +192,12 @@ async def signing_secret(engine: db.Engine, settings: Settings, clock: Clock) ->
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
+    settings = app[keys.SETTINGS]
     providers = {
         name: Provider(name, build_adapter(
             name, conf.kind, token=credential(conf.token_env), **conf.adapter_options()
-        ), conf.max_concurrency)
-        for name, conf in app[keys.SETTINGS].providers.items()
+        ), conf.max_concurrency, conf.submit_timeout_s or settings.gateway.submit_timeout_s)
+        for name, conf in settings.providers.items()
     }
     app[keys.PROVIDERS] = providers
     try:
@@ -206,27 +208,28 @@ async def _providers(app: web.Application) -> AsyncIterator[None]:
 
 
 _FINALIZER = web.AppKey("finalizer", Finalizer)
+_DELIVERY = web.AppKey("delivery", delivery.Delivery)
 
 
 async def _services(app: web.Application) -> AsyncIterator[None]:
     settings = app[keys.SETTINGS]
     gw, clock = settings.gateway, app[keys.CLOCK]
-    owner = lease.process_owner()  # fits lease_owner (docs/lifecycle.md, "Lease owners")
+    app[OWNER] = owner = lease.process_owner()  # docs/lifecycle.md, "Lease owners"
+    app[_DELIVERY], handoff = _delivery(app)  # new completed rows go straight to it
     store = JobStore(
         app[_ENGINE],
         planner=Planner(
             base_url=gw.public_url,
             throttle_s=settings.webhooks.throttle_s,
             stream_secret=app[keys.SIGNING_SECRET],
+            handoff=handoff,
         ),
         owner=owner,
         lease_s=gw.lease_s,
-        clock=clock,
+        clock=clock,  # an apply lease given back: its job's events are due at once
+        on_given_back=lambda job_id: app[keys.NOTIFIER].wake(LoopName.EVENTS),
     )
     app[keys.STORE] = store
-    notifier = app[keys.NOTIFIER]  # an apply lease given back: its job's events are due
-    store.on_given_back = lambda job_id: notifier.wake(LoopName.EVENTS)
-    app[OWNER] = owner
     app[_EVENTS] = ProviderEvents(app[_ENGINE], owner=owner, lease_s=gw.lease_s, clock=clock)
     await assembly.open_routes(app, app[_ENGINE])  # routes as data, shadows (docs/canary.md)
     reader = JobReader(store)
@@ -251,6 +254,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         app[keys.PREDICTIONS] = PredictionService(
             store=store,
             router=app[keys.ROUTER],
+            refresh_routes=app[keys.ROUTES].sync.refresh_if_stale,
             notifier=app[keys.NOTIFIER],
             webhook_policy=app[WEBHOOK_POLICY],
             public_url=gw.public_url,
@@ -306,9 +310,7 @@ def build_loops(app: web.Application) -> list[Loop]:
     backoff = retry.Backoff(base_s=gw.dispatch_backoff_base_s, max_s=gw.dispatch_backoff_max_s)
     loops: list[Loop] = [
         Dispatcher(
-            **common,
-            callback_base_url=base,
-            resolve_input=app[files.FILES].resolve_input,
+            **common, callback_base_url=base, resolve_input=app[files.FILES].resolve_input,
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
@@ -316,13 +318,11 @@ def build_loops(app: web.Application) -> list[Loop]:
         EventProcessor(**common, events=app[_EVENTS], backoff=backoff),
         Poller(**common),
         Reaper(
-            **common,
-            cancel_grace_s=gw.cancel_grace_s,
-            cancel_resend_s=gw.cancel_resend_s,
+            **common, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
             max_job_lifetime_s=gw.max_job_lifetime_s,
             shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),
-        _delivery(app),
+        app[_DELIVERY],
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
         assembly.retention_loop(app, RetentionStore(app[_ENGINE])),
         *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
@@ -352,7 +352,7 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
         loop.next_due = next_due.get(loop.name)
 
 
-def _delivery(app: web.Application) -> delivery.Delivery:
+def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:
     settings = app[keys.SETTINGS]
     hooks = settings.webhooks
     lease_s = settings.gateway.lease_s + hooks.timeout_s
@@ -373,9 +373,7 @@ def _delivery(app: web.Application) -> delivery.Delivery:
         metrics=app[keys.METRICS],
         clock=app[keys.CLOCK],
     )
-    # new completed rows go straight to it (gateway/store/handoff.py)
-    app[keys.STORE].hand_outbox_to(Handoff(sender, owner=app[OWNER], lease_s=lease_s))
-    return sender
+    return sender, Handoff(sender, owner=app[OWNER], lease_s=lease_s)
 
 
 def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:

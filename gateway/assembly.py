@@ -8,15 +8,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.errors import ConfigurationError, CutoverError
-from gateway import routewiring
 from gateway.config import Settings, WebhookSettings
-from gateway.outputs import OutputCopier
+from gateway.files.outputs import OutputCopier
+from gateway.files.uploads import Uploads
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
+from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
-from gateway.uploads import Uploads
 from gateway.webhooks import signing
 
 __all__ = [
@@ -78,7 +78,7 @@ def uploads(
     settings: Settings, copier: OutputCopier, storage: Storage, store: JobStore
 ) -> Uploads:
     """The receiver of provider uploads (Cog's ``--upload-url``): the providers with an
-    ``upload_token`` take them (gateway/uploads.py)."""
+    ``upload_token`` take them (gateway/files/uploads.py)."""
     tokens = {
         name: conf.upload_token.get_secret_value()
         for name, conf in settings.providers.items()

@@ -1,6 +1,6 @@
 """The JSON of finished predictions, made once per process and kept.
 
-A finished prediction never changes (DESIGN "Lifecycle": a terminal state never changes,
+A finished prediction never changes (docs/lifecycle.md: a terminal state never changes,
 and nothing rewrites a finished job's row), so the bytes of its JSON, once made, are right
 in every gateway process sharing the store, whichever of them finished it. GET and list
 serve them from here without reading the store again. Unfinished predictions are never

@@ -5,10 +5,10 @@ inside :func:`each`; whatever it raises is classified by :func:`verdict` and han
 the loop's own ``on_error`` for that item alone, never to its siblings or the round:
 
 * ``RETRY``: the upstream is unreachable or busy (``UpstreamRetryable``), the store is
-  unavailable or contended (:func:`gateway.store.errors.transient`), or an unexpected
+  unavailable or contended (:func:`gateway.store.engine.errors.transient`), or an unexpected
   exception (a bug that may pass). The loop releases the item's lease with a backoff and
   counts the attempt; past its attempt limit the item ends.
-* ``END``: a value the store refuses (:func:`gateway.store.errors.refused`), a contract
+* ``END``: a value the store refuses (:func:`gateway.store.engine.errors.refused`), a contract
   violation or any other deliberate :class:`contracts.errors.CutoverError`: retrying
   cannot help, so the item ends (logged with its prediction id).
 
@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from contracts.errors import CutoverError, ServiceUnavailable, UpstreamRetryable
-from gateway.store import errors as store_errors
+from gateway.store.engine import errors as store_errors
 
 __all__ = ["MAX_ATTEMPTS", "Outage", "Verdict", "each", "retry_store", "verdict"]
 

@@ -13,7 +13,7 @@
 The ``webhooks`` commands work directly on the configured database (``--config``), so
 they also work while no gateway runs; a running gateway sends replayed events within
 its loop interval. Times are ISO 8601 (``2026-05-01T12:00:00Z``; no zone means UTC).
-The ``routes`` commands are described in :mod:`gateway.routecli` (docs/canary.md).
+The ``routes`` commands are described in :mod:`gateway.rollout.cli` (docs/canary.md).
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, logs, providers, routecli, startchecks
+from gateway import app, healthcheck, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
-from gateway.envnames import ignored_environment
-from gateway.store import db
+from gateway.config import checks as startchecks
+from gateway.config.envnames import ignored_environment
+from gateway.rollout import cli as routecli
 from gateway.store.deadletters import DeadLetterRows
+from gateway.store.engine import db
 from gateway.validation import schema_problem
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
@@ -113,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["health"]:
         return healthcheck.main(argv[1:])
     # serve parsed by its own parser alone: building them all was ~3 ms of each start
-    # (docs/benchmarks.md); what it does not know, the whole parser reports as before
+    # (docs/benchmarks.md); what it does not know, the whole parser reports
     parser = _parser(serve_only=argv[:1] == ["serve"])
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -185,6 +187,7 @@ def _check(settings: Settings, path: Path | None) -> int:
     """Print a summary; exit 1 when the gateway could not serve anything as configured."""
     problems = readiness_problems(settings) + _tls_problems(settings)
     problems += startchecks.storage_problems(gw := settings.gateway)
+    problems += startchecks.ca_file_problems(settings.providers)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):

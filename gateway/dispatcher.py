@@ -1,11 +1,16 @@
 """The dispatcher: hands committed jobs to their provider, within its concurrency limit.
 
-A job is stored first (state ``creating``) and only then submitted (DESIGN "data path").
+A job is stored first (state ``creating``) and only then submitted (docs/architecture.md,
+"The data path").
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 
 * accepted -> ``queued`` or ``running`` with the provider's job id; the next check (poll
   or watchdog probe) is scheduled;
+* a provider that could not be reached at all (no connection, a certificate that does
+  not verify) for its ``submit_timeout_s`` since the job's first such failure (in this
+  process) -> ``failed`` with the last reason, in its error and its logs
+  (:meth:`Dispatcher._unreached`; docs/providers.md, "TLS to providers");
 * ``ProviderBusy`` (Cog 409/503, 429) or a retryable failure -> stays ``queued`` and is
   tried again after an exponential backoff with full jitter (a job an earlier submit
   may have reached stays "maybe submitted", :data:`gateway.store.claims.RESUBMITTING`,
@@ -19,7 +24,7 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   the gateway learns the provider's id to cancel it there: refused, the job ends
   ``canceled`` at once; busy or unreachable, it is tried again every
   ``cancel_resend_s`` at most, and ends ``canceled`` once ``cancel_grace_s`` has passed
-  since the cancel with :data:`gateway.reaper.ASKS_BEFORE_GIVING_UP` tries failed;
+  since the cancel with :data:`gateway.finalizer.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job has had ``max_attempts`` attempts;
 * a cancel requested while the submit was in flight -> the provider is told to cancel
@@ -50,21 +55,19 @@ from contracts.errors import (
 )
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
-from gateway import boundary, fairness, logs
+from gateway import boundary, fairness, logs, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
-from gateway.finalizer import Finalizer
-from gateway.inputs import InputStager
+from gateway.files.inputs import InputStager
+from gateway.files.outputs import AssetError
+from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError
 from gateway.providers import Provider
-from gateway.reaper import ASKS_BEFORE_GIVING_UP, why_never_started
-from gateway.shadowgate import DROPPED, ShadowGate
+from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
-from gateway.webhooks import retry
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
@@ -112,7 +115,7 @@ class Dispatcher(Loop):
         self._stager = stager
         self._last_served: dict[str, float] = {}
         self._served_tick = 0.0
-        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files.py).
+        # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files/service.py).
         self._resolve_input = resolve_input or (lambda value: value)
         self._store = store
         self._providers = providers
@@ -127,6 +130,9 @@ class Dispatcher(Loop):
         # Job id -> failed resubmits since its cancel (or deadline), in this process only,
         # so a restart tries more often, never less (as the reaper's asks).
         self._stop_asks: dict[str, int] = {}
+        # Job id -> when its submit first found no connection, in this process only (a
+        # restart gives the provider its whole submit_timeout_s again, never less).
+        self._unreached_since: dict[str, datetime] = {}
 
     async def run_once(self) -> int:
         handled = 0
@@ -192,17 +198,46 @@ class Dispatcher(Loop):
             # Failed in transit, it may have reached the provider (MAYBE_SUBMITTED); with
             # no connection made, it did not: a cancel or deadline then needs no provider.
             sent = not isinstance(exc, UpstreamUnreachable)
-            await self._defer(job, "unreachable" if sent else NOT_CONNECTED, exc.retry_after_s)
+            if sent:
+                await self._defer(job, "unreachable", exc.retry_after_s)
+            elif not await self._unreached(provider, job, exc.detail):
+                # The last try comes when submit_timeout_s runs out, not a backoff later.
+                until = self._unreached_since[job.id] + timedelta(
+                    seconds=provider.submit_timeout_s)
+                await self._defer(job, NOT_CONNECTED, exc.retry_after_s, until=until)
             return
         except UpstreamRejected as exc:
+            self._unreached_since.pop(job.id, None)
             self._count(provider, "rejected")
             await self._rejected(job, exc.detail)
             return
         except Exception as exc:  # noqa: BLE001 (a crash: retried, then the job ends)
             await self._crashed(provider, job, exc)
             return
+        self._unreached_since.pop(job.id, None)
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
+
+    async def _unreached(self, provider: Provider, job: Job, detail: str) -> bool:
+        """The submit found no connection to ``provider`` (``detail`` says why: ``cannot
+        connect``, ``certificate verify failed: ...``). Once that has lasted its
+        ``submit_timeout_s`` the job fails with the reason, and True is returned; until
+        then the submit is retried (False). A job an earlier submit may have reached
+        (:data:`RESUBMITTING`) is left to its own rules: the provider may be running it."""
+        now = self._clock.now()
+        since = self._unreached_since.setdefault(job.id, now)
+        if job.raw_status == RESUBMITTING:
+            return False
+        waited = (now - since).total_seconds()
+        if waited < provider.submit_timeout_s:
+            return False
+        del self._unreached_since[job.id]
+        error = (f"provider {provider.name!r} could not be reached for "
+                 f"{provider.submit_timeout_s:g} s (submit_timeout_s): {detail}")
+        log.warning("submit_gave_up", extra={"job_id": job.id, "provider": provider.name,
+                                             "error": detail})
+        await self._finalizer.finish_here(job, JobState.FAILED, error, logs=error + "\n")
+        return True
 
     async def _rejected(self, job: Job, detail: str) -> None:
         """The provider refused the submit: the job fails. A refused *resubmit* says
@@ -331,7 +366,11 @@ class Dispatcher(Loop):
         except CutoverError as exc:  # the reaper does not resend for a finished job
             log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
 
-    async def _defer(self, job: Job, why: str, retry_after_s: float | None) -> None:
+    async def _defer(
+        self, job: Job, why: str, retry_after_s: float | None, until: datetime | None = None
+    ) -> None:
+        """Try ``job`` again after a backoff (the provider's ``Retry-After`` if longer),
+        and no later than ``until`` when given."""
         if await self._gave_up(job):
             return
         if job.raw_status == RESUBMITTING:  # an earlier submit may have reached it
@@ -341,6 +380,7 @@ class Dispatcher(Loop):
             delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
         if job.id in self._stop_asks:  # a cancel to deliver: as often as the reaper resends
             delay = min(delay, self._resend_s)
-        await self._store.defer(
-            job.id, next_attempt_at=self._clock.now() + timedelta(seconds=delay), raw_status=why
-        )
+        due = self._clock.now() + timedelta(seconds=delay)
+        if until is not None:
+            due = min(due, until)
+        await self._store.defer(job.id, next_attempt_at=due, raw_status=why)

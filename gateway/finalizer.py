@@ -1,4 +1,5 @@
-"""The one finalizer: every road to a terminal state ends here (DESIGN "data path").
+"""The one finalizer: every road to a terminal state ends here (docs/architecture.md,
+"The data path").
 
 Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
 :meth:`Finalizer.finalize`. It checks the provider job id, copies output files into owned
@@ -16,14 +17,17 @@ from typing import Any
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
+from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import AssetError, OutputCopier, has_files
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.wire import timestamp
 
-__all__ = ["Finalizer"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Finalizer", "why_never_started"]
 
 log = logging.getLogger(__name__)
+ASKS_BEFORE_GIVING_UP = 3
+"""Failed asks of the provider before the gateway ends an overdue job on its own."""
 
 
 class Finalizer:
@@ -81,10 +85,14 @@ class Finalizer:
             output = None
         return Progress(state, snapshot.raw_status, output, snapshot.logs)
 
-    async def finish_here(self, job: Job, state: JobState, error: str | None) -> Job:
+    async def finish_here(
+        self, job: Job, state: JobState, error: str | None, logs: str | None = None
+    ) -> Job:
         """Record a terminal state decided by the gateway itself (cancel before submit,
-        deadline, lifetime, provider lost the job)."""
-        return await self._record(job, Outcome(state=state, raw_status="gateway", error=error))
+        deadline, lifetime, provider lost the job, provider never reached), with the
+        prediction's ``logs`` when the gateway has something to tell in them."""
+        outcome = Outcome(state=state, raw_status="gateway", error=error, logs=logs)
+        return await self._record(job, outcome)
 
     async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
         base: dict[str, Any] = {
@@ -144,3 +152,13 @@ class Finalizer:
             seconds = (done.completed_at - done.created_at).total_seconds()
             metrics.prediction_seconds.labels(done.provider).observe(seconds)
             metrics.route_seconds.labels(*arm).observe(seconds)
+
+
+def why_never_started(job: Job) -> str | None:
+    """The error of a job ended ``canceled`` before a provider took it: none for an app's
+    cancel, else its passed deadline (Replicate's ``aborted``, docs/replicate-api.md §4.3)."""
+    if job.cancel_requested_at is not None:
+        return None
+    return (
+        f"the prediction passed its deadline ({timestamp(job.deadline)}) before it started"
+    )

@@ -1,7 +1,7 @@
 """Provider webhook intake: verify, persist, acknowledge; then apply in order.
 
 A provider calls ``POST /provider-webhooks/{provider}/{job_id}/{token}``. Before the body
-is parsed (DESIGN invariant 5): the job must exist and belong to that provider, the
+is parsed (docs/architecture.md, invariant 5): the job must exist and belong to that provider, the
 token must match the job's unguessable callback token (constant-time), and the adapter
 must verify the request (a signature, or Cog's bearer token). The raw, verified body is
 then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it cannot be
@@ -14,24 +14,23 @@ and are applied when the gateway returns.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import random
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from contracts.auth import same_secret
 from contracts.errors import WebhookVerificationError
-from gateway import boundary
+from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.files.outputs import off_loop
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
-from gateway.outputs import off_loop
 from gateway.providers import Provider
 from gateway.store.events import ProviderEvent, ProviderEvents
 from gateway.store.jobs import JobStore
-from gateway.webhooks import retry
 
 __all__ = ["EventProcessor", "Intake"]
 
@@ -71,7 +70,7 @@ class Intake:
             provider is None
             or known is None
             or known[0] != provider_name
-            or not hmac.compare_digest(known[1].encode(), token.encode())
+            or not same_secret(token, known[1])
         ):
             raise WebhookVerificationError("unknown webhook URL")
         return provider

@@ -1,4 +1,4 @@
-"""The one shape of every background loop (STYLE.md rule 10).
+"""The one shape of every background loop (docs/architecture.md, rule 10).
 
 ``run()`` repeats ``run_once()`` until ``stop()``; between rounds it sleeps until woken
 (:class:`gateway.notify.Notifier`) or until :meth:`Loop.idle_s` passes, and goes round

@@ -24,30 +24,21 @@ from datetime import datetime, timedelta
 
 from contracts.errors import CapabilityMissing, CutoverError, UpstreamRetryable
 from contracts.job import Job
-from contracts.snapshot import ProviderRef, ProviderSnapshot
+from contracts.snapshot import ProviderSnapshot
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
-from gateway.providers import Provider
+from gateway.providers import Provider, provider_ref
 from gateway.store.jobs import JobStore
 from gateway.store.ordering import moves_back, progress_values
 
-__all__ = ["Poller", "provider_ref"]
+__all__ = ["Poller"]
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0  # a longer Retry-After is read as this; the deadline still applies
 EARLY_S = 1.0  # a round also takes the jobs due within this many seconds (at most)
-
-
-def provider_ref(job: Job) -> ProviderRef:
-    """How to address ``job`` upstream again."""
-    assert job.provider_job_id is not None
-    return ProviderRef(
-        job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
-        submitted_at=job.submitted_at, target=job.target,
-    )
 
 
 class Poller(Loop):

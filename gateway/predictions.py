@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,17 +25,17 @@ from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
-from gateway import ids, shadowgate, validation
+from gateway import ids, validation, wire
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.http import wire
 from gateway.notify import LoopName, Notifier
-from gateway.route import HIDDEN_ARMS
-from gateway.routing import Caller, Router
+from gateway.rollout import shadowgate
+from gateway.rollout.router import Caller, Router
+from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.creates import CreateBatcher
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
-from gateway.webhooks import signing, ssrf
+from gateway.webhooks import ssrf
 
 __all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
            "parse_prefer_wait"]
@@ -144,6 +144,7 @@ class PredictionService:
         *,
         store: JobStore,
         router: Router,
+        refresh_routes: Callable[[], Awaitable[None]],
         notifier: Notifier,
         webhook_policy: ssrf.WebhookTargetPolicy,
         public_url: str,
@@ -158,10 +159,9 @@ class PredictionService:
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
-        # With data retention a finished prediction does change (data_removed): no
-        # process may keep serving its old body (docs/retention.md).
-        self._keep_bodies = keep_finished_bodies
+        self._keep_bodies = keep_finished_bodies  # else data_removed (docs/retention.md)
         self._router = router
+        self._refresh_routes = refresh_routes
         self._notifier = notifier
         self._policy = webhook_policy
         self._public_url = public_url
@@ -200,7 +200,7 @@ class PredictionService:
             if existing is not None:
                 return existing, False
         job_id = ids.new_prediction_id()
-        await self._router.refresh()  # live route changes (gateway.routesync)
+        await self._refresh_routes()  # live route changes (gateway.rollout.sync)
         routed = self._router.resolve(request, job_id)
         if self._schemas is not None:  # a bad input is refused before any row or call
             await self._schemas.check(routed.route, request.input)
@@ -385,7 +385,7 @@ def _check_carriable(request: CreatePrediction) -> None:
     except (TypeError, orjson.JSONEncodeError):
         pass
     try:
-        signing.compact_json(request.input)
+        wire.compact_json(request.input)
     except (ValueError, TypeError) as exc:
         raise ContractViolation(f"input cannot be carried in JSON: {exc}") from None
 

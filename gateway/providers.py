@@ -14,10 +14,20 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from adapters import tls
 from adapters.port import Adapter
 from contracts.errors import ConfigurationError
+from contracts.job import Job
+from contracts.snapshot import ProviderRef
 
-__all__ = ["Provider", "build_adapter", "credential", "file_hosts", "missing_credentials"]
+__all__ = [
+    "Provider",
+    "build_adapter",
+    "credential",
+    "file_hosts",
+    "missing_credentials",
+    "provider_ref",
+]
 
 #: Where each hosted provider serves output files by default (copied at completion).
 DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
@@ -26,13 +36,24 @@ DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
 }
 
 
+def provider_ref(job: Job) -> ProviderRef:
+    """How to address ``job`` upstream again."""
+    assert job.provider_job_id is not None
+    return ProviderRef(
+        job_id=job.id, provider_job_id=job.provider_job_id, input=job.input,
+        submitted_at=job.submitted_at, target=job.target,
+    )
+
+
 @dataclass(frozen=True)
 class Provider:
-    """A named upstream: its adapter and how many jobs it may run at once."""
+    """A named upstream: its adapter, how many jobs it may run at once, and how long, in
+    seconds, a job's submit may find no connection to it before the job fails."""
 
     name: str
     adapter: Adapter
     max_concurrency: int
+    submit_timeout_s: float = 300.0
 
     def first_check_at(self, now: datetime) -> datetime | None:
         """When a job this provider just accepted is first polled: ``now`` plus the
@@ -88,6 +109,7 @@ def build_adapter(
     api: str | None = None,
     stream: bool | None = None,
     jwks_url: str | None = None,
+    ca_file: str | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
@@ -98,11 +120,13 @@ def build_adapter(
     Raises
     ------
     ConfigurationError
-        For a kind this build does not know.
+        For a kind this build does not know, or a ``ca_file`` that cannot be used.
     """
+    if ca_file is not None and (why := tls.ca_file_problem(ca_file)) is not None:
+        raise ConfigurationError(f"provider {name!r}: ca_file = {ca_file}: {why}")
     options = _given(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
-        fetch_max_interval_s=fetch_max_interval_s,
+        fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file,
     )
     if kind == "cog":
         from adapters.cog import CogAdapter
@@ -120,6 +144,7 @@ def build_adapter(
         from adapters.fake import FakeAdapter
 
         options.pop("request_timeout_s", None)
+        options.pop("ca_file", None)
         return FakeAdapter(name=name, **options)
     hosted = _given(base_url=base_url or None, rate_limit_per_s=rate_limit_per_s)
     if kind == "fal":

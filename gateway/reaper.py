@@ -1,4 +1,5 @@
-"""Cancels and deadlines: every job ends, within its deadline (DESIGN invariants 2, 6).
+"""Cancels and deadlines: every job ends, within its deadline (docs/architecture.md,
+invariants 2 and 6).
 
 Each round:
 
@@ -34,20 +35,17 @@ from contracts.errors import CutoverError
 from contracts.job import Job, JobState
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.finalizer import Finalizer
-from gateway.http.wire import timestamp
+from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop, NextDue
 from gateway.notify import LoopName, Notifier
-from gateway.poller import provider_ref
-from gateway.providers import Provider
-from gateway.shadowgate import WAITED, ShadowGate
+from gateway.providers import Provider, provider_ref
+from gateway.rollout.shadowgate import WAITED, ShadowGate
 from gateway.store.jobs import JobStore
+from gateway.wire import timestamp
 
-__all__ = ["ASKS_BEFORE_GIVING_UP", "Reaper", "next_work", "why_never_started"]
+__all__ = ["Reaper", "next_work"]
 
 log = logging.getLogger(__name__)
-ASKS_BEFORE_GIVING_UP = 3
-"""Failed asks of the provider before the gateway ends an overdue job on its own."""
 
 
 def next_work(reap: NextDue, shadow_gate: ShadowGate | None) -> NextDue:
@@ -213,13 +211,3 @@ class Reaper(Loop):
             if held:
                 await self._finalizer.finalize(job, snapshot)
         return True
-
-
-def why_never_started(job: Job) -> str | None:
-    """The error of a job ended ``canceled`` before a provider took it: none for an app's
-    cancel, else its passed deadline (Replicate's ``aborted``, docs/replicate-api.md §4.3)."""
-    if job.cancel_requested_at is not None:
-        return None
-    return (
-        f"the prediction passed its deadline ({timestamp(job.deadline)}) before it started"
-    )

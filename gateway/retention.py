@@ -14,7 +14,7 @@ import logging
 from datetime import datetime, timedelta
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.files import FileService
+from gateway.files.service import FileService
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.storage import Storage

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.auth import same_secret
 from contracts.job import Job, JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
 
@@ -145,7 +146,7 @@ def stream_token(secret: str, job_id: str) -> str:
 
 def verify_token(secret: str, job_id: str, token: str) -> bool:
     """Whether ``token`` is the stream capability of ``job_id`` (constant-time)."""
-    return hmac.compare_digest(stream_token(secret, job_id), token)
+    return same_secret(token, stream_token(secret, job_id))
 
 
 async def follow(

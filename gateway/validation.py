@@ -64,8 +64,8 @@ def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:
 
 def schema_problem(source: dict[str, Any] | str | None) -> str | None:
     """Why a route's ``openapi_schema`` (inline or a file) cannot be used, or None; a
-    provider's own schema is read at the first create. ``cutover check`` names it: a file
-    that did not load passed the check, and every create on the route was a 500."""
+    provider's own schema is read at the first create. ``cutover check`` names it, so a
+    file that does not load stops the start, not every create on the route."""
     if source is None or source == PROVIDER_SCHEMA:
         return None
     try:

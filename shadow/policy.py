@@ -1,7 +1,7 @@
 """Which inputs may be shadowed: a route's shadow input policy (docs/shadow.md, "Policy").
 
 Shadowing sends the app's input to a second provider, so it happens only for inputs the
-operator marked safe (DESIGN.md invariant 7). A :class:`ShadowPolicy` is an allow-list:
+operator marked safe (docs/architecture.md, invariant 7). A :class:`ShadowPolicy` is an allow-list:
 an input is admitted only when every field it has is listed, every rule on its fields
 holds, and its compact JSON encoding is at most ``max_input_bytes``. A route with no
 policy shadows nothing. The model is frozen and JSON-serialisable for the route store;

@@ -5,9 +5,9 @@
 * the peer (FastAPI + Celery + Redis + PostgreSQL, ``peer/app.py``), run from its own venv
   (``~/.cache/peer-venv``, built from ``peer/requirements.txt`` when missing).
 
-Both live in the team's shared reference directory: ``CUTOVER_BENCH_REFS`` names it, else
-the first of ``../shared/bench`` (beside the checkout) and ``/work/shared/bench`` that
-exists. docs/benchmarks.md says how they are used.
+Neither is part of this repository: ``CUTOVER_BENCH_REFS`` names the directory that holds
+them (else the first ``shared/bench`` of those :func:`refs_dir` tries). docs/benchmarks.md
+says how they are used.
 """
 
 from __future__ import annotations

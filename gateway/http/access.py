@@ -5,7 +5,8 @@ line per request (docs/logging.md, docs/limits.md, docs/replicate-api.md §1, §
 to 128 of ``A-Za-z0-9._:-``), else makes one, and returns it on every response (streamed
 ones too, through :func:`add_request_id` on ``on_response_prepare``); checks the API token
 outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`); applies
-:class:`gateway.ratelimit.Limiter` to requests that carry a token; turns every error into
+:class:`gateway.http.ratelimit.Limiter` to requests that carry a token; gives request
+bodies their read deadline (:mod:`gateway.http.deadline`); turns every error into
 problem+json (:func:`gateway.http.middleware.problem_for`); and logs ``request`` with the
 method, the route *template* (never a path with ids or capability tokens in it), the
 status, the duration, the request id and the API token's name (never the token).
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from contracts.errors import CutoverError
 from gateway import logs
+from gateway.http import deadline
 from gateway.http.middleware import (
     ADMIN_ROOT,
     PUBLIC_PREFIXES,
@@ -35,8 +37,8 @@ from gateway.http.middleware import (
     Handler,
     problem_for,
 )
+from gateway.http.ratelimit import Limiter
 from gateway.metrics import Metrics
-from gateway.ratelimit import Limiter
 
 __all__ = ["REQUEST_ID", "RateLimited", "add_request_id", "front_middleware", "route_of"]
 
@@ -70,10 +72,12 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
 
 
 def front_middleware(
-    tokens: ApiTokens, limiter: Limiter | None = None, metrics: Metrics | None = None
+    tokens: ApiTokens, limiter: Limiter | None = None, metrics: Metrics | None = None,
+    body_read_timeout_s: float = 30.0,
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The middleware of the module docstring; ``limiter`` (with ``metrics`` to count the
-    refusals) when rate limits are on."""
+    refusals) when rate limits are on; each request body read within
+    ``body_read_timeout_s`` of silence (:mod:`gateway.http.deadline`)."""
 
     @web.middleware
     async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -83,6 +87,7 @@ def front_middleware(
         request[REQUEST_ID] = given
         started = time.perf_counter()
         status = 500
+        stop = deadline.watch(request, body_read_timeout_s)
         try:
             try:
                 path = request.path
@@ -95,12 +100,14 @@ def front_middleware(
             except Exception as exc:  # noqa: BLE001 (the boundary: no traceback to a client)
                 response = problem_for(request, exc)  # re-raises a redirect
             status = response.status
+            await deadline.close_if_unread(request, response)
             return response
         except web.HTTPException as exc:
             status = exc.status
             exc.headers["X-Request-Id"] = given
             raise
         finally:
+            stop()
             _log_request(request, status, started, given)
 
     return front

@@ -28,8 +28,9 @@ from contracts.replicate import (
     parse_version_ref,
 )
 from contracts.times import parse_time
+from gateway import wire
 from gateway.config import RouteSettings
-from gateway.http import keys, wire
+from gateway.http import keys
 from gateway.http.middleware import (
     SCOPE_CHARS,
     TOKEN_NAME,

@@ -22,11 +22,11 @@ from aiohttp import BodyPartReader, MultipartReader, web
 
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
-from gateway.files import FileService, safe_name
+from gateway.files.outputs import MEDIA_TYPE_RE
+from gateway.files.service import FileService, safe_name
 from gateway.http import keys
 from gateway.http.assets import serve_stored
 from gateway.http.middleware import Handler, json_response, token_scope
-from gateway.outputs import MEDIA_TYPE_RE
 from gateway.store.files import FileRecord
 
 __all__ = ["FILES", "routes"]

@@ -1,4 +1,4 @@
-"""Typed keys of the aiohttp application (STYLE.md rule 8)."""
+"""Typed keys of the aiohttp application (docs/architecture.md, rule 8)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from aiohttp import web
 
 from gateway.clock import Clock
 from gateway.config import Settings
+from gateway.files.uploads import Uploads
 from gateway.intake import Intake
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.predictions import PredictionService
 from gateway.providers import Provider
-from gateway.routewiring import RouteServices
-from gateway.routing import Router
+from gateway.rollout.router import Router
+from gateway.rollout.wiring import RouteServices
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
-from gateway.uploads import Uploads
 from gateway.validation import Schemas
 from gateway.webhooks.deadletter import DeadLetters
 

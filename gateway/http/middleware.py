@@ -10,7 +10,6 @@ legacy ``Token <token>``, §1) on the Replicate API routes. The gateway's one mi
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -21,12 +20,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
-from contracts.auth import bearer_token, credentials
+from contracts.auth import bearer_token, credentials, same_secret
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
-from gateway.http import keys, wire
-from gateway.store import db
-from gateway.store import errors as store_errors
+from gateway import wire
+from gateway.http import deadline, keys
+from gateway.store.engine import db
+from gateway.store.engine import errors as store_errors
 
 __all__ = [
     "ADMIN_ROOT",
@@ -178,8 +178,7 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 405:
         return f"{request.method} is not allowed on {request.path}"
     if exc.status == 413:
-        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
-        return f"the request body is larger than the limit of {limit} bytes"
+        return deadline.too_large(request.app[keys.SETTINGS].gateway.max_body_bytes)
     return exc.text or exc.reason
 
 
@@ -218,12 +217,11 @@ class ApiTokens:
             if name is not None:
                 return name
         token = bearer_token(authorization, _API_SCHEMES)
-        presented = token.encode(errors="surrogateescape")
-        if not presented:
+        if not token:
             raise Unauthenticated("You did not pass an authentication token")
         found = None
         for name, expected in self._accepted:  # every comparison runs: constant time overall
-            if hmac.compare_digest(presented, expected) and found is None:
+            if same_secret(token, expected) and found is None:
                 found = name
         if found is None:
             raise Unauthenticated("You did not pass a valid authentication token")
@@ -243,12 +241,13 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         Malformed JSON (including ``NaN``/``Infinity`` and absurd nesting), not an
         object, or a field of the wrong type (the detail names each offending field).
     """
+    limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(deadline.too_large(limit))  # said at once, not after reading
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
-        limit = request.app[keys.SETTINGS].gateway.max_body_bytes
-        detail = f"the request body is larger than the limit of {limit} bytes"
-        raise PayloadTooLarge(detail) from exc
+        raise PayloadTooLarge(deadline.too_large(limit)) from exc
     try:
         body = raw or b"null"  # json.loads of bytes, with a decoder made once (not per call)
         data = _BODY_JSON.decode(body.decode(json.detect_encoding(body), "surrogatepass"))

@@ -72,6 +72,11 @@ _EXTRA_PARAMETERS: dict[tuple[str, str], list[tuple[str, str, str]]] = {
         ("created_after", "query", "an RFC 3339 time"),
         ("created_before", "query", "an RFC 3339 time"),
     ],
+    ("GET", "/streams/{id}"): [("t", "query", "the stream capability in urls.stream")],
+    ("GET", "/file-downloads/{id}"): [  # signed download URLs (docs/files.md)
+        ("expiry", "query", "Unix seconds after which the URL no longer serves"),
+        ("signature", "query", "the URL's HMAC-SHA256 signature, hex"),
+    ],
 }
 _MODELS = (
     Account, Deployment, Model, ModelPredictionRequest, Prediction, PredictionPage,

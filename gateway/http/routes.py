@@ -21,17 +21,17 @@ token's name as "who". Bad input is a problem+json 4xx and changes nothing.
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
 from aiohttp import web
 
+from contracts.auth import same_secret
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
 from gateway.http import keys
 from gateway.http.middleware import json_response, presented_token
-from gateway.routecontrol import RouteControl
+from gateway.rollout.control import RouteControl
 
 __all__ = ["ADMIN_TOKENS", "routes"]
 
@@ -51,9 +51,9 @@ def _key(request: web.Request) -> str:
 
 def _who(request: web.Request) -> str:
     """The name of the admin token the (already authenticated) request presented."""
-    presented = presented_token(request).encode(errors="surrogateescape")
+    presented = presented_token(request)
     for name, accepted in request.app[ADMIN_TOKENS]:
-        if hmac.compare_digest(presented, accepted):
+        if same_secret(presented, accepted):
             return name
     return "admin"
 

@@ -1,4 +1,4 @@
-"""The provider upload endpoint: the HTTP side of :mod:`gateway.uploads` (Cog's
+"""The provider upload endpoint: the HTTP side of :mod:`gateway.files.uploads` (Cog's
 ``--upload-url``; docs/cog.md §1.10)."""
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ class Storage(Protocol):
 
     ``fsync``: whether :meth:`put_file` fsyncs the file it stores (a local directory with
     ``[storage] fsync = true``), so a spool for it should start its write-back early
-    (gateway/download.py).
+    (gateway/files/download.py).
     """
 
     fsync: bool

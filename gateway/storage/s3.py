@@ -249,7 +249,7 @@ def _missing(exc: ClientError) -> bool:
 
 @contextlib.contextmanager
 def _unavailable() -> Iterator[None]:
-    """Map botocore failures to one retryable gateway error (STYLE.md rule 5)."""
+    """Map botocore failures to one retryable gateway error (docs/architecture.md, rule 5)."""
     try:
         yield
     except (BotoCoreError, ClientError) as exc:

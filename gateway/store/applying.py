@@ -31,7 +31,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.lease import unleased
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs, provider_events

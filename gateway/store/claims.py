@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 class Claims(DispatchClaims):
     """Queue operations on ``jobs`` (a base of :class:`gateway.store.jobs.JobStore`)."""
 
-    #: Called with a job's id when :meth:`applying` gave its apply lease back (the job's
-    #: provider events no longer wait for it): the gateway wakes its event processor.
-    on_given_back: Callable[[str], None] = staticmethod(lambda job_id: None)
+    #: Called with a job's id when :meth:`applying` gave its apply lease back
+    #: (``JobStore(on_given_back=...)``).
+    _given_back: Callable[[str], None]
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id`` (:meth:`gateway.store.jobs.JobStore.get`)."""
@@ -119,11 +119,11 @@ class Claims(DispatchClaims):
         claim's ``owner`` for an Exception, released for a cancel (the gateway stopping:
         nobody's, so no event nor poll waits for it); guarded by the apply's own token.
         Given back, the job's waiting events are due and this process's event processor
-        is woken (:attr:`on_given_back`); other processes' retry at their quarter lease."""
+        is woken (``on_given_back``); other processes' retry at their quarter lease."""
         back = owner if isinstance(exc, Exception) else None
         with contextlib.suppress(SQLAlchemyError):  # else the lease runs out
             if await applying.give_back(self._engine, job_id, held, back, self._clock.now()):
-                self.on_given_back(job_id)
+                self._given_back(job_id)
 
     async def _renew(self, job_id: str, held: Held) -> None:
         """One renewal of :meth:`applying`'s lease. Found released while still held (the

@@ -1,13 +1,14 @@
 """Group commit of new jobs: creates that arrive together share one transaction.
 
-Every create must be committed before its 201 is sent (DESIGN "data path": the job row
-is written first), and a commit is the expensive part: on SQLite one writer at a time,
-each commit its own ``BEGIN IMMEDIATE`` and WAL write. So :class:`CreateBatcher` queues
-the rows of concurrent creates and a single flusher inserts everything queued in one
-transaction (one multi-row ``INSERT``); the creates that arrive while that commit is in
-flight form the next group. No timer: a lone create is committed at once, and a group
-grows only while the store is busy. Each create's caller is answered only after its own
-row is committed, so a crash right after a 201 never loses the prediction.
+Every create must be committed before its 201 is sent (the job row is written first:
+docs/architecture.md, "The data path"), and a commit is the expensive part: on SQLite one
+writer at a time, each commit its own ``BEGIN IMMEDIATE`` and WAL write. So
+:class:`CreateBatcher` queues the rows of concurrent creates and a single flusher inserts
+everything queued in one transaction (one multi-row ``INSERT``); the creates that arrive
+while that commit is in flight form the next group. No timer: a lone create is committed
+at once, and a group grows only while the store is busy. Each create's caller is answered
+only after its own row is committed, so a crash right after a 201 never loses the
+prediction.
 
 A group whose insert fails (an idempotency key used twice, a value the store refuses, or
 any other error: its callers must get an answer) is retried row by row through
@@ -29,7 +30,7 @@ import asyncio
 
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store.group import Group
+from gateway.store.engine.group import Group
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.records import new_row
 from gateway.store.schema import jobs
@@ -43,7 +44,7 @@ _New = tuple[NewJob, NewJob | None]  # a create and its shadow
 
 class CreateBatcher:
     """Commits new jobs in groups (see the module docstring): a
-    :class:`gateway.store.group.Group` whose group is one multi-row ``INSERT`` and whose
+    :class:`gateway.store.engine.group.Group` whose group is one multi-row ``INSERT`` and whose
     item alone is :meth:`gateway.store.jobs.JobStore.create`.
 
     Parameters

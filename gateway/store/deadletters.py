@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import deliveries
-from gateway.store.aio import Connection, Engine
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table

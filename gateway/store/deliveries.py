@@ -24,10 +24,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.replicate import WebhookEvent
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import db, lease
-from gateway.store.aio import Connection, Engine
-from gateway.store.fastwrite import FastWrites, sqlite_time
-from gateway.store.group import Group, update_rows
+from gateway.store import lease
+from gateway.store.engine import db
+from gateway.store.engine.aio import Connection, Engine
+from gateway.store.engine.fastwrite import FastWrites, sqlite_time
+from gateway.store.engine.group import Group, update_rows
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import endpoints
@@ -88,7 +89,7 @@ class DeliveryQueue(lease.Leasing):
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._reads = SqliteReads(engine)
-        self._fast = FastWrites(engine)  # outcomes on SQLite (store/fastwrite.py)
+        self._fast = FastWrites(engine)  # outcomes on SQLite (store/engine/fastwrite.py)
         self._outcomes: Group[tuple[int, dict[str, Any]], bool] = Group(
             "webhook-outcomes", self._record_group, max_items=256
         )
@@ -159,7 +160,7 @@ class DeliveryQueue(lease.Leasing):
     ) -> bool:
         """Store an attempt's outcome if this process still holds the row; True if it did.
 
-        Outcomes recorded together share one transaction (:mod:`gateway.store.group`).
+        Outcomes recorded together share one transaction (:mod:`gateway.store.engine.group`).
         With ``disable_url`` (a 410 Gone), the URL is disabled and its other pending,
         unleased rows go ``dead`` in the same transaction.
         """
@@ -211,7 +212,7 @@ class DeliveryQueue(lease.Leasing):
 def _record_fast(
     conn: sqlite3.Connection, group: list[tuple[int, dict[str, Any]]], owner: str
 ) -> list[bool]:
-    """:meth:`DeliveryQueue._record_group` on ``sqlite3`` (:mod:`gateway.store.fastwrite`):
+    """:meth:`DeliveryQueue._record_group` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`):
     each row updated while this process holds it."""
     held = []
     for row_id, values in group:

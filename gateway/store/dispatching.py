@@ -39,7 +39,7 @@ from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.store import lease
-from gateway.store.aio import Connection, Engine
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.ordering import lock_key
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE as _ACTIVE

@@ -18,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from contracts.job import ACTIVE_STATES, JobState
-from gateway.store.aio import Engine
 from gateway.store.dispatching import MAYBE_SUBMITTED
+from gateway.store.engine.aio import Engine
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import jobs, outbox, provider_events

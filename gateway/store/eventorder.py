@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from gateway.store.aio import Engine
-from gateway.store.fastwrite import in_list, sqlite_time
+from gateway.store.engine.aio import Engine
+from gateway.store.engine.fastwrite import in_list, sqlite_time
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import provider_events
 
@@ -125,7 +125,8 @@ def renew_fast(conn: sqlite3.Connection, ids: list[int], owner: str, now: dateti
                until: datetime) -> set[int]:
     """Renew the leases ``owner`` holds on ``ids`` to ``until``, but not of an event that
     an earlier unprocessed event of its job (not among ``ids``) holds back: one not held
-    by ``owner`` now. Returns the ids renewed (``sqlite3``, :mod:`gateway.store.fastwrite`)."""
+    by ``owner`` now. Returns the ids renewed (``sqlite3``,
+    :mod:`gateway.store.engine.fastwrite`)."""
     sql = _RENEW_SQL.format(ids=in_list(len(ids)))
     params = (sqlite_time(until), *ids, owner, *ids, owner, sqlite_time(now))
     return {row[0] for row in conn.execute(sql, params)}

@@ -2,7 +2,7 @@
 
 :class:`gateway.intake.Intake` adds a body after it was verified (deduplicated on its
 SHA-256 per job); bodies that arrive together are stored in one transaction, with the
-postponed checks of their jobs (:mod:`gateway.store.group`).
+postponed checks of their jobs (:mod:`gateway.store.engine.group`).
 :class:`gateway.intake.EventProcessor` claims pending events with a lease
 (:mod:`gateway.store.lease`) and marks each one processed when it was applied (a round's
 marks share a transaction), or releases it for a later retry; both only while it still
@@ -45,10 +45,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.errors import ServiceUnavailable
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import db, eventorder, lease
-from gateway.store.aio import Engine
-from gateway.store.fastwrite import FastWrites, in_list, sqlite_time
-from gateway.store.group import Group
+from gateway.store import eventorder, lease
+from gateway.store.engine import db
+from gateway.store.engine.aio import Engine
+from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
+from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE
@@ -113,7 +114,7 @@ class ProviderEvents(lease.Leasing):
         self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)
         self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
         self._reads = SqliteReads(engine)
-        self._fast = FastWrites(engine)  # the hot transactions on SQLite (store/fastwrite.py)
+        self._fast = FastWrites(engine)  # the hot transactions on SQLite (engine/fastwrite.py)
         self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
         self._heartbeat = Heartbeat(engine, self._held, lease_length=self._lease_length,
                                     clock=clock)
@@ -376,7 +377,7 @@ _MARK_SQL = (
 
 def _add_fast(conn: sqlite3.Connection, rows: list[dict[str, Any]], checks: _Checks
               ) -> dict[tuple[str, str], int]:
-    """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.fastwrite`)."""
+    """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`)."""
     stored: dict[tuple[str, str], int] = {}
     for r in rows:
         found = conn.execute(_INSERT_SQL, (

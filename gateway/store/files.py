@@ -1,7 +1,7 @@
 """Rows of the Files API (``files``): one uploaded file each, owned by an API token.
 
 ``owner`` is the digest of the token that uploaded it (never the token); every read is
-scoped to it. See gateway/files.py for the service and docs/files.md.
+scoped to it. See gateway/files/service.py for the service and docs/files.md.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import files
 
 __all__ = ["FileRecord", "FileStore"]

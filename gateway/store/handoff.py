@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from contracts.replicate import WebhookEvent
-from gateway.store.aio import Connection
 from gateway.store.deliveries import OutboxRow, endpoint_key
+from gateway.store.engine.aio import Connection
 from gateway.store.outbox import DeliveryStatus
 from gateway.store.schema import endpoints, outbox
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from gateway.clock import Clock
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import provider_events
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RENEWALS_PER_LEASE", "Heartbeat", "Repeat"]
 
-log = logging.getLogger("gateway.store.events")  # the events' log, as before the split
+log = logging.getLogger("gateway.store.events")  # one logger for the events' leases
 
 RENEWALS_PER_LEASE = 4  # a round's leases are renewed every lease_s / 4 while it applies
 

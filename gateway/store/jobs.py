@@ -19,11 +19,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from contracts.errors import Conflict, NotFound
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.route import HIDDEN_ARMS
-from gateway.store import applying, errors, outbox
-from gateway.store.aio import Connection, Engine
+from gateway.rollout.spec import HIDDEN_ARMS
+from gateway.store import applying, outbox
 from gateway.store.claims import Claims
-from gateway.store.handoff import Handoff
+from gateway.store.engine import errors
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.heartbeat import RENEWALS_PER_LEASE
 from gateway.store.ordering import moves_back, outcome_values, progress_values
 from gateway.store.reader import GET_JOB, GET_LEASED_JOB
@@ -65,6 +65,9 @@ class JobStore(Claims):
         How long a claim holds a job before another process may take it, in seconds.
     clock : Clock
         Injected time source.
+    on_given_back : callable, optional
+        Called with a job's id when :meth:`applying` gave its apply lease back (the job's
+        provider events no longer wait for it): the gateway wakes its event processor.
     """
 
     def __init__(
@@ -75,15 +78,12 @@ class JobStore(Claims):
         owner: str,
         lease_s: float,
         clock: Clock = SYSTEM_CLOCK,
+        on_given_back: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self._planner = planner
         self._writes = JobWrites(engine, planner, self.fast_reads, clock)
-
-    def hand_outbox_to(self, handoff: Handoff) -> None:
-        """Have new ``completed`` rows leased to this process and handed to its deliverer
-        (:mod:`gateway.store.handoff`)."""
-        self._planner.handoff = handoff
+        self._given_back = on_given_back or (lambda job_id: None)
 
     @property
     def engine(self) -> Engine:
@@ -101,8 +101,8 @@ class JobStore(Claims):
         """Insert a job in state ``creating``; return ``(job, created)``.
 
         With an idempotency key already used for the same request, the stored job comes
-        back with ``created=False`` (DESIGN invariant 1). ``shadow`` (its hidden copy,
-        docs/shadow.md) is inserted in the same statement, only when the job is new.
+        back with ``created=False`` (docs/architecture.md, invariant 1). ``shadow`` (its
+        hidden copy, docs/shadow.md) is inserted in the same statement, only when the job is new.
 
         Raises
         ------
@@ -360,8 +360,7 @@ class JobStore(Claims):
         allowed: list[str],
         also: Callable[[Connection], Awaitable[object]] | None = None,
     ) -> Job | None:
-        """One guarded write, committed with the writes that arrive together
-        (:mod:`gateway.store.writes`)."""
+        """One guarded write, group-committed (:mod:`gateway.store.writes`)."""
         return await self._writes.write(Write(job_id, decide, allowed, also))
 
     # --- the terminal write ------------------------------------------------------------
@@ -370,12 +369,12 @@ class JobStore(Claims):
         """Record the terminal state, its assets and its ``completed`` event, atomically.
 
         Returns the finished job, or None when the job was already terminal (or does
-        not exist): a second call is a no-op (DESIGN invariant 3).
+        not exist): a second call is a no-op (docs/architecture.md, invariant 3).
 
         Raises
         ------
         ValueRefused
-            The store refuses a value of the outcome (:func:`gateway.store.errors.refused`);
+            The store refuses a value of the outcome (:func:`gateway.store.engine.errors.refused`);
             a transient error is raised as is, so the caller retries rather than fail it.
         """
         try:

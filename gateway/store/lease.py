@@ -3,7 +3,7 @@
 A claim picks due rows and gives them to one process until a time: on PostgreSQL the
 candidates are locked with ``FOR UPDATE SKIP LOCKED`` so concurrent claimers pass each
 other by; on SQLite the claim's ``BEGIN IMMEDIATE`` transaction serialises writers
-(:mod:`gateway.store.db`). A row whose holder died is claimable again once
+(:mod:`gateway.store.engine.db`). A row whose holder died is claimable again once
 ``leased_until`` has passed. The holder is named by :func:`process_owner`.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store.aio import Connection, Engine
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.schema import jobs, outbox, provider_events
 
 __all__ = ["OWNER_CHARS", "Leasing", "claim", "lease", "owner_id", "process_owner",

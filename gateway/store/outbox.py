@@ -32,12 +32,10 @@ import sqlalchemy as sa
 
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
-from gateway import logs
-from gateway.http import wire
-from gateway.store.aio import Connection
-from gateway.store.errors import ValueRefused
+from gateway import logs, wire
+from gateway.store.engine.aio import Connection
+from gateway.store.engine.errors import ValueRefused
 from gateway.store.schema import outbox
-from gateway.webhooks import signing
 
 if TYPE_CHECKING:
     from gateway.store.handoff import Handed, Handoff
@@ -162,13 +160,24 @@ class Planner:
         Minimum seconds between two ``output`` (or two ``logs``) events of one job.
     stream_secret : str
         The key of ``urls.stream`` tokens (payloads equal what GET returns).
+    handoff : Handoff or None
+        Where new ``completed`` rows are leased to and handed, after their commit, when
+        this process delivers webhooks (:mod:`gateway.store.handoff`); None: they wait
+        for the delivery loop's claim.
     """
 
-    def __init__(self, *, base_url: str, throttle_s: float, stream_secret: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        throttle_s: float,
+        stream_secret: str = "",
+        handoff: Handoff | None = None,
+    ) -> None:
         self._base_url = base_url
         self._stream_secret = stream_secret
         self._throttle = timedelta(seconds=throttle_s)
-        self.handoff: Handoff | None = None  # set when this process delivers (app.py)
+        self.handoff = handoff
 
     def plan(self, old: Job | None, new: Job) -> Plan:
         """The events ``old -> new`` causes (after the app's filter) and their payload.
@@ -190,7 +199,7 @@ class Planner:
             return Plan()
         try:
             body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
-            payload = signing.compact_json(body.wire()).decode()
+            payload = wire.compact_json(body.wire()).decode()
         except (ValueError, TypeError) as exc:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc
         return Plan(events, payload)

@@ -24,8 +24,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from contracts.job import Job
-from gateway.route import HIDDEN_ARMS
-from gateway.store.aio import Engine
+from gateway.rollout.spec import HIDDEN_ARMS
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import UTCDateTime, jobs
 
 __all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "SqliteReads", "job_of"]

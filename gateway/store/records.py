@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
-from gateway.store.errors import ValueRefused
+from gateway.store.engine.errors import ValueRefused
 
 __all__ = [
     "ACTIVE",

@@ -13,7 +13,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from contracts.job import TERMINAL_STATES
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import assets, jobs, outbox, provider_events, shadow_comparisons
 
 __all__ = ["RetentionStore"]

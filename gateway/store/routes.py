@@ -1,8 +1,8 @@
 """Routes as data: every read and write of the ``routes`` and ``route_changes`` tables.
 
-A route's live spec (:class:`gateway.route.RouteSpec`) is one JSON row; every change
+A route's live spec (:class:`gateway.rollout.spec.RouteSpec`) is one JSON row; every change
 writes an audit row in the same transaction, so the highest audit id is the routes'
-version: a process reloads its routes when it sees a new one (:mod:`gateway.routesync`).
+version: a process reloads its routes when it sees a new one (:mod:`gateway.rollout.sync`).
 Seeding from the config file (docs/canary.md, "Which wins") never overwrites a change
 made live: a route missing from the store is inserted; a route whose file entry changed
 since it was last seeded takes the file's spec only when nobody changed it live since,
@@ -25,9 +25,9 @@ from sqlalchemy.exc import IntegrityError
 from contracts.errors import ContractViolation, NotFound
 from contracts.job import JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.guard import Sample
-from gateway.route import AuditEntry, RouteSpec, change_problem
-from gateway.store.aio import Connection, Engine
+from gateway.rollout.guard import Sample
+from gateway.rollout.spec import AuditEntry, RouteSpec, change_problem
+from gateway.store.engine.aio import Connection, Engine
 from gateway.store.reader import SqliteReads
 from gateway.store.schema import jobs, route_changes, routes
 
@@ -178,7 +178,7 @@ class RouteBook:
             No such route.
         ContractViolation
             An empty reason, the changed spec is invalid, or the change is refused
-            (:func:`gateway.route.change_problem`); nothing is changed.
+            (:func:`gateway.rollout.spec.change_problem`); nothing is changed.
         """
         if not reason.strip():
             raise ContractViolation("a route change needs a reason")

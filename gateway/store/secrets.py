@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import secrets
 
 __all__ = ["get_or_create"]

@@ -18,10 +18,11 @@ import sqlalchemy as sa
 
 from contracts.job import ACTIVE_STATES, TERMINAL_STATES, Job, JobState
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.route import HIDDEN_ARMS
-from gateway.store import db, lease
-from gateway.store.aio import Engine
+from gateway.rollout.spec import HIDDEN_ARMS
+from gateway.store import lease
 from gateway.store.dispatching import MAYBE_SUBMITTED
+from gateway.store.engine import db
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import assets, jobs, shadow_comparisons
 
 __all__ = ["FileRow", "ShadowPair", "ShadowStore", "StoredComparison"]

@@ -1,4 +1,4 @@
-"""Guarded job writes, committed in groups (:mod:`gateway.store.group`).
+"""Guarded job writes, committed in groups (:mod:`gateway.store.engine.group`).
 
 Every transition of :class:`gateway.store.jobs.JobStore` (a submit recorded, progress, the
 terminal write) is one :class:`Write`: ``decide`` the columns from the job as read, build
@@ -25,8 +25,8 @@ from contracts.errors import ServiceUnavailable
 from contracts.job import Job
 from gateway.clock import Clock
 from gateway.store import ordering, outbox
-from gateway.store.aio import Connection, Engine
-from gateway.store.group import Group, update_rows
+from gateway.store.engine.aio import Connection, Engine
+from gateway.store.engine.group import Group, update_rows
 from gateway.store.handoff import Handed
 from gateway.store.reader import SqliteReads, job_of
 from gateway.store.records import job_from_row

@@ -1,6 +1,6 @@
 """One webhook delivery attempt: what it gave, and what happens to the event next.
 
-A pure policy (STYLE.md rule 13): :func:`decide` reads the attempt's result, the event
+A pure policy (docs/architecture.md, rule 13): :func:`decide` reads the attempt's result, the event
 kind and the retry schedule, and returns the row's next status and due time; the caller
 persists it (:mod:`gateway.webhooks.delivery`). Rules (docs/replicate-api.md §6.1, §6.3):
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from contracts.replicate import WebhookEvent
+from gateway import retry
 from gateway.store.outbox import DeliveryStatus
-from gateway.webhooks import retry
 
 __all__ = ["Attempt", "Decision", "decide"]
 

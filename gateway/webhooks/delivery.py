@@ -37,14 +37,14 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
-from gateway import boundary
+from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
 from gateway.store.outbox import DeliveryStatus
-from gateway.webhooks import retry, signing
+from gateway.webhooks import signing
 from gateway.webhooks.attempt import Attempt, Decision, decide
 from gateway.webhooks.post import USER_AGENT, log_outcome, post
 from gateway.webhooks.post import host as _host

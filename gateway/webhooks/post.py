@@ -22,7 +22,7 @@ from gateway.webhooks.attempt import Attempt, Decision
 
 __all__ = ["USER_AGENT", "host", "log_outcome", "open_session", "post"]
 
-log = logging.getLogger("gateway.webhooks.delivery")  # the deliverer's log, as before the split
+log = logging.getLogger("gateway.webhooks.delivery")  # one logger for delivery
 
 USER_AGENT = "cutover"
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 import replicate
 
-from gateway import canary
+from gateway.rollout import canary
 from tests.support.cog_server import CogServer
 from tests.support.databases import DEFAULT_BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR

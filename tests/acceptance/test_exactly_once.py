@@ -1,4 +1,5 @@
-"""Exactly one completion event per prediction (DESIGN invariant 3), counted at a receiver.
+"""Exactly one completion event per prediction (docs/architecture.md, invariant 3), counted
+at a receiver.
 
 In process, on every backend: many concurrent finalizer calls for each job, and two
 delivery loops claiming from one store. Across processes, on PostgreSQL: two real
@@ -23,14 +24,14 @@ import sqlalchemy as sa
 from adapters.fake import FakeAdapter
 from contracts.job import JobState, replicate_status
 from contracts.snapshot import ProviderSnapshot
+from gateway import retry
 from gateway.app import _FINALIZER, WEBHOOK_POLICY
 from gateway.assembly import webhook_signer
 from gateway.http import keys
 from gateway.notify import Notifier
-from gateway.store import db
 from gateway.store.deliveries import DeliveryQueue
+from gateway.store.engine import db
 from gateway.store.schema import jobs, outbox
-from gateway.webhooks import retry
 from gateway.webhooks.delivery import Delivery
 from gateway.webhooks.post import open_session
 from tests.support.databases import BACKENDS, database_url_for

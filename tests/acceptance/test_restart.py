@@ -1,4 +1,4 @@
-"""Webhook events survive a SIGKILL of the gateway (DESIGN invariant 2, issue "restarts").
+"""Webhook events survive a SIGKILL of the gateway (docs/architecture.md, invariant 2).
 
 A real ``cutover serve`` process delivers to a receiver that is failing (503) for most
 predictions and holding one request open; the process is killed while those events are
@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from adapters.fake import FakeAdapter
-from gateway.store import db
+from gateway.store.engine import db
 from gateway.store.schema import jobs, outbox
 from tests.support.gateway import TOKEN, VERSION, settings_dict
 from tests.support.process import GatewayProcess, listen_port

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from gateway.store import db
+from gateway.store.engine import db
 from gateway.store.schema import jobs, outbox, provider_events
 from tests.acceptance.test_restart import complete, config_for
 from tests.support.gateway import TOKEN, VERSION

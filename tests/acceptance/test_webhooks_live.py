@@ -18,7 +18,7 @@ import replicate
 import sqlalchemy as sa
 from replicate.prediction import Prediction
 
-from gateway.store import db
+from gateway.store.engine import db
 from gateway.store.schema import outbox
 from tests.support.cog_server import CogServer
 from tests.support.databases import DEFAULT_BACKENDS

@@ -2,7 +2,8 @@
 
 Bodies (random JSON, and valid create bodies with one field broken), headers
 (``Authorization``, ``Prefer``, ``Cancel-After``, ``Idempotency-Key``, ``Content-Type``
-and random ones), query strings of the list endpoint, and any method on any route. For
+and random ones), query strings of the list endpoint, capabilities and signatures in
+query strings as any UTF-8 text or raw non-UTF-8 bytes, and any method on any route. For
 every request: no 5xx; every refusal is a problem+json 4xx whose ``status`` is the HTTP
 status; and a refused request changes no row of any table.
 
@@ -19,10 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
 from tests.support.fuzzing import AUTH, FUZZ, Live
 from tests.support.gateway import TOKEN, VERSION
@@ -33,6 +36,11 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     made = Live(tmp_path_factory.mktemp("fuzz"))
+    status, _, body = made.call("POST", "/v1/predictions", headers={**AUTH, "Prefer": "wait=0"},
+                                json={"version": VERSION, "input": {"prompt": "p"}})
+    assert status == 201, body
+    made.prediction_id = json.loads(body)["id"]
+    made.snapshot = made.rows()
     yield made
     total = made.requests
     made.close()
@@ -99,8 +107,20 @@ def test_headers(live: Live, name: str, value: str, method: str) -> None:
     live.check("POST", "/v1/predictions", json=body, headers=headers)
 
 
-QUERY_VALUE = HEADER_TEXT | st.sampled_from([
+# Any text, sent as UTF-8 (%C3%A9 for an e-acute), and raw percent-encoded bytes that are
+# not UTF-8 at all: hmac.compare_digest on a non-ASCII str was a 500 (issue 20).
+UNICODE_TEXT = st.text(max_size=40)
+
+
+def quote_utf8(text: str) -> str:
+    """``text`` percent-encoded as UTF-8 (lone surrogates too), nothing left unquoted."""
+    return quote(text, safe="", errors="surrogatepass")
+
+
+RAW_BYTES = st.binary(min_size=1, max_size=12).map(lambda b: "".join(f"%{c:02X}" for c in b))
+QUERY_VALUE = HEADER_TEXT | UNICODE_TEXT | st.sampled_from([
     "2026-01-01T00:00:00Z", "2026-13-01", "9999-12-31T23:59:59+14:00", "-1", "abc==", "%00",
+    "\u00e9", "caf\u00e9", "\U0001f600", "\udcff",
 ])
 
 
@@ -111,6 +131,23 @@ QUERY_VALUE = HEADER_TEXT | st.sampled_from([
 ))
 def test_query_strings(live: Live, params: dict[str, str]) -> None:
     live.check("GET", "/v1/predictions", params=params, headers=AUTH)
+
+
+CAPABILITY_PATHS = st.sampled_from([
+    "/streams/{}?t={}", "/file-downloads/{}?expiry=9999999999&signature={}",
+    "/file-downloads/{}?expiry={}&signature=00", "/v1/predictions?cursor={}{}",
+    "/v1/files/{}?x={}", "/v1/predictions/{}?t={}",
+])
+
+
+@settings(FUZZ, max_examples=600)
+@given(template=CAPABILITY_PATHS, value=RAW_BYTES | UNICODE_TEXT.map(quote_utf8),
+       real=st.booleans())
+def test_non_ascii_query_values(live: Live, template: str, value: str, real: bool) -> None:
+    """Capabilities and signatures in query strings, as raw (already encoded) bytes."""
+    ident = live.prediction_id if real else "f0000000000000000000000000"
+    path = template.format(value, "") if "cursor" in template else template.format(ident, value)
+    live.check("GET", URL(path, encoded=True), headers=AUTH)
 
 
 SEGMENT = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126,

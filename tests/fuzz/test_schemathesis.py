@@ -5,7 +5,9 @@ Hypothesis strategy of requests for each of its operations, valid (positive) and
 (negative: wrong types, missing or extra fields, bad path parameters), and one test
 draws from all of them. Path parameters are often replaced by names that exist (a
 prediction, a file, the routed model), so the requests reach real rows; the API token,
-the admin token or none is sent as the path needs. Each answer is checked as in
+the admin token or none is sent as the path needs; query parameters (the list's cursor
+and times, a stream's ``t``, a signed download's ``expiry`` and ``signature``) are often
+replaced by non-ASCII text. Each answer is checked as in
 tests/support/fuzzing.py: no 5xx, every refusal a problem+json 4xx, no refused request
 changes any row.
 
@@ -32,6 +34,8 @@ from tests.support.gateway import TOKEN, VERSION
 
 pytestmark = pytest.mark.timeout(900)
 
+NON_ASCII = st.text(min_size=1, max_size=20).filter(lambda t: not t.isascii()) | st.sampled_from(
+    ["\u00e9", "caf\u00e9", "\U0001f600", "\u00ff" * 40])
 REQUESTS = 5000 if os.environ.get("CUTOVER_FUZZ_FULL") == "1" else 1000
 
 
@@ -89,6 +93,9 @@ def test_every_operation_of_the_openapi_document(
         for name in list(case.path_parameters or {}):
             if name in real and data.draw(st.booleans(), label=f"real {name}"):
                 case.path_parameters[name] = data.draw(st.sampled_from(real[name]))
+        for name in list(case.query or {}):  # non-ASCII capabilities were a 500 (issue 20)
+            if data.draw(st.booleans(), label=f"non-ASCII {name}"):
+                case.query[name] = data.draw(NON_ASCII, label=name)
         headers = _auth(case.path) if auth == "right" else {}
         response = case.call(base_url=live.base_url, headers=headers, timeout=30)
         content_type = response.headers.get("content-type", [""])[0].split(";")[0]

@@ -11,8 +11,8 @@ import tomli_w
 from contracts.job import JobState
 from gateway import cli
 from gateway.app import LOOPS
-from gateway.guardloop import Guard
 from gateway.http import keys
+from gateway.rollout.guardloop import Guard
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 
 ROUTE = f"acme/echo:{VERSION}"

@@ -1,4 +1,4 @@
-"""The gateway as the real Cog server's ``--upload-url`` (gateway/uploads.py, docs/cog.md
+"""The gateway as the real Cog server's ``--upload-url`` (gateway/files/uploads.py, docs/cog.md
 §1.10): a large output file streams from Cog straight into owned storage, never through
 a webhook body or the database, with the gateway's memory flat.
 

@@ -1,7 +1,7 @@
 """Shutdown while a detached store task holds a connection: the engine's dispose leaves
 no connection open behind it.
 
-The group-commit flushers (gateway/store/group.py, creates.py) run on tasks of their own
+The group-commit flushers (gateway/store/engine/group.py, creates.py) run on tasks of their own
 (a caller that goes away does not cancel the others' commit), and a heartbeat's
 :class:`gateway.store.heartbeat.Repeat` whose ``stop()`` is cancelled lets its run finish
 alone. Either may still hold a connection when the gateway's cleanup disposes of the
@@ -9,7 +9,7 @@ engine (gateway/app.py). ``dispose`` closes only the connections in the pool; on
 out was handed back afterwards to the pool just replaced, and stayed open there: a
 PostgreSQL backend (pg_stat_activity) or the SQLite file's descriptors outlived the
 engine. A connection taken before a dispose is now closed when it is returned
-(:meth:`gateway.store.aio.Connection.close`; docs/reliability.md, "Shutdown and the store").
+(:meth:`gateway.store.engine.aio.Connection.close`; docs/reliability.md, "Shutdown and the store").
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from gateway.store import db
 from gateway.store.creates import CreateBatcher
-from gateway.store.group import Group
+from gateway.store.engine import db
+from gateway.store.engine.group import Group
 from gateway.store.heartbeat import Repeat
 from tests.support.databases import database_url_for
 from tests.support.waiting import wait_until

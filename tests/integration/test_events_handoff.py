@@ -20,11 +20,11 @@ import sqlalchemy as sa
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.app import _EVENTS, OWNER
+from gateway.retry import Backoff
 from gateway.store import events as events_module
 from gateway.store.due import Due
 from gateway.store.events import ProviderEvent
 from gateway.store.schema import provider_events
-from gateway.webhooks.retry import Backoff
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
 from tests.support.waiting import wait_until

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
+from gateway.retry import Backoff
 from gateway.store.events import ProviderEvent
 from gateway.store.schema import provider_events
-from gateway.webhooks.retry import Backoff
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
 

@@ -17,7 +17,7 @@ from sqlalchemy import event
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot, SubmitRequest
-from gateway.webhooks import signing
+from gateway import wire
 from tests.support.faults import ThreadLog, engine_of, observe_large
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import observe, start_job
@@ -90,7 +90,7 @@ async def test_fault_07_the_prediction_is_serialised_outside_the_write_transacti
         open_transactions["n"] -= 1
 
     inside: list[int] = []
-    compact = signing.compact_json
+    compact = wire.compact_json
 
     def watched(value: Any) -> bytes:
         body = compact(value)
@@ -99,7 +99,7 @@ async def test_fault_07_the_prediction_is_serialised_outside_the_write_transacti
         return body
 
     job_id = await start_job(gateway, receiver.url(), ["completed"])
-    monkeypatch.setattr(signing, "compact_json", watched)
+    monkeypatch.setattr(wire, "compact_json", watched)
     event.listen(sync, "begin", began)
     event.listen(sync, "commit", ended)
     event.listen(sync, "rollback", ended)

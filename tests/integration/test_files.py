@@ -1,4 +1,4 @@
-"""The Files API in process, on both store backends (gateway/files.py, docs/files.md)."""
+"""The Files API in process, on both store backends (gateway/files/service.py, docs/files.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A group-commit flusher (gateway/store/group.py) cancelled mid-run (at shutdown): every
+"""A group-commit flusher (gateway/store/engine/group.py) cancelled mid-run (at shutdown): every
 caller it was answering, and every caller queued behind it, gets an answer - a 503 the
 client may retry (``ServiceUnavailable``), never a result for a commit in doubt, never a
 dropped connection; a caller whose item was committed (and answered) before keeps its
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from contracts.errors import ServiceUnavailable
 from contracts.job import JobState
 from gateway.http import keys
-from gateway.store.group import Group
+from gateway.store.engine.group import Group
 from gateway.store.schema import provider_events
 from tests.integration.test_create_flush_cancel import _jobs_locked
 from tests.support.gateway import VERSION, GatewayHarness

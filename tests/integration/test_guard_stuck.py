@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.app import LOOPS
 from gateway.dispatcher import NOT_CONNECTED, Dispatcher
-from gateway.guardloop import Guard
+from gateway.rollout.guardloop import Guard
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 

@@ -1,5 +1,5 @@
 """Output files are copied into owned storage before a prediction is reported succeeded
-(DESIGN invariant 4): checked, hashed, and served from the gateway's own URLs."""
+(docs/architecture.md, invariant 4): checked, hashed, and served from the gateway's own URLs."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ async def test_malformed_data_uri_fails_the_prediction_with_a_clear_error(gatewa
 async def test_an_own_asset_url_that_was_never_uploaded_fails_the_prediction(
     gateway: GatewayHarness,
 ):
-    """A provider that uploads its files (Cog's --upload-url, gateway/uploads.py) names
+    """A provider that uploads its files (Cog's --upload-url, gateway/files/uploads.py) names
     them by their owned URLs; one the gateway never recorded is not a file it has."""
     prediction = await gateway.create({"version": VERSION, "input": {"prompt": "x"}})
     await gateway.settle()

@@ -1,5 +1,5 @@
 """Downloaded outputs are streamed: spooled to a temporary file and hashed while they
-arrive, then moved into storage (gateway/outputs.py); nothing is left behind on failure."""
+arrive, then moved into storage (gateway/files/outputs.py); nothing is left behind on failure."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ async def test_a_deadline_wakes_the_idle_reaper(
 async def test_a_waiting_shadow_is_dropped_when_its_max_wait_runs_out(
     make_settings: Callable[..., Settings], aiohttp_client: Callable[..., Any],
 ) -> None:
-    from gateway.shadowgate import WAITED
+    from gateway.rollout.shadowgate import WAITED
     from tests.integration.test_shadow_runs import _sections
 
     max_wait_s = 1.0

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.clock import utcnow
-from gateway.files import FileService
+from gateway.files.service import FileService
 from gateway.http.files import FILES
 from gateway.retention import Retention
 from gateway.store.retention import RetentionStore

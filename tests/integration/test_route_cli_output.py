@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import tomli_w
 
-from gateway import assembly, routecli
+from gateway import assembly
 from gateway.config import Settings
+from gateway.rollout import cli as routecli
 from tests.support.gateway import settings_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ async def test_route_commands_print_their_answer_without_json_log_lines(
     assert code == 0 and "acme/new" in out
     lines = err.splitlines()
     assert lines and not [line for line in lines if line.startswith("{")]
-    assert any(" info gateway.routesync route_seeded route=\"acme/new\"" in line
+    assert any(" info gateway.rollout.sync route_seeded route=\"acme/new\"" in line
                for line in lines), lines
 
 

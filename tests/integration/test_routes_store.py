@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from contracts.errors import ContractViolation, NotFound
-from gateway.route import RouteSpec
-from gateway.routecontrol import RouteControl
-from gateway.store import db
+from gateway.rollout.control import RouteControl
+from gateway.rollout.spec import RouteSpec
+from gateway.store.engine import db
 from gateway.store.routes import RouteBook
 from shadow.policy import ShadowPolicy
 

@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.outputs import OutputCopier
+from gateway.files.outputs import OutputCopier
 from gateway.storage.s3 import MIN_PART_BYTES
 from tests.integration.test_storage_contract import s3_storage
 
@@ -112,9 +112,9 @@ class _Assets:
 
 @pytest.mark.timeout(900)
 async def test_a_large_cog_upload_streams_into_s3_with_bounded_memory(s3_server: Any) -> None:
-    """The upload receiver's path (Cog's --upload-url, gateway/uploads.py): request body ->
+    """The upload receiver's path (Cog's --upload-url, gateway/files/uploads.py): request body ->
     a spool file, hashed as written -> S3 multipart."""
-    from gateway.uploads import Uploads
+    from gateway.files.uploads import Uploads
 
     bucket = f"up-{uuid.uuid4().hex[:8]}"
     s3_server.create_bucket(bucket)

@@ -10,7 +10,8 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from gateway.store import db, schema
+from gateway.store import schema
+from gateway.store.engine import db
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 

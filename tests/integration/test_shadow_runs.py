@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.job import JobState
 from gateway.http import keys
-from gateway.shadowgate import DROPPED
+from gateway.rollout.shadowgate import DROPPED
 from gateway.store.retention import RetentionStore
 from gateway.store.schema import jobs, outbox, shadow_comparisons
 from shadow import compare as shadow_compare
@@ -195,7 +195,7 @@ async def _pairs_with_breaks(gateway: GatewayHarness, count: int) -> None:
 
 def _control_percent() -> float:
     """A canary percent at which the caller ``steady`` stays on the control arm."""
-    from gateway import canary
+    from gateway.rollout import canary
 
     return next(p for p in (10, 5, 3, 1) if canary.choose_arm(
         ROUTE, "header:steady", p) == "control")

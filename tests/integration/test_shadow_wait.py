@@ -16,9 +16,9 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
-from gateway.guardloop import Guard
 from gateway.http import keys
-from gateway.shadowgate import WAITED
+from gateway.rollout.guardloop import Guard
+from gateway.rollout.shadowgate import WAITED
 from gateway.store.schema import jobs
 from tests.integration.test_shadow_runs import ADMIN, ROUTE, _control_percent, _sections
 from tests.support.gateway import VERSION

@@ -1,6 +1,6 @@
 """Each route's shadows are dropped when their own ``shadow_budget.max_wait_s`` runs out,
 however many shadows of a route with a longer wait were created before them
-(gateway/shadowgate.py, ``ShadowGate.waited_too_long``; docs/canary.md), on every backend.
+(gateway/rollout/shadowgate.py, ``ShadowGate.waited_too_long``; docs/canary.md), on every backend.
 
 The reaper asked the store for the oldest waiting shadows of every route, a batch at a
 time, then skipped those whose own route's wait had not run out: a batch of a long-waiting
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from gateway.app import LOOPS
 from gateway.reaper import Reaper
-from gateway.shadowgate import WAITED
+from gateway.rollout.shadowgate import WAITED
 from gateway.store.schema import jobs
 from tests.integration.test_shadow_runs import _sections
 from tests.support.gateway import VERSION

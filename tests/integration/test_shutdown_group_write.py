@@ -28,7 +28,7 @@ from gateway import app as app_module
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http import keys
-from gateway.store.group import Group
+from gateway.store.engine.group import Group
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 from tests.support.waiting import wait_until
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from contracts.job import JobState
-from gateway.download import BLOCK_BYTES, Spool
+from gateway.files.download import BLOCK_BYTES, Spool
 from gateway.http import keys
 from gateway.storage import INCOMING, LocalStorage
 from gateway.store.schema import assets

@@ -1,5 +1,5 @@
-"""The store's asyncio engine (gateway/store/aio.py), made as the gateway makes it
-(:func:`gateway.store.db.create_engine`), on SQLite and PostgreSQL: what the store relies on
+"""The store's asyncio engine (gateway/store/engine/aio.py), made as the gateway makes it
+(:func:`gateway.store.engine.db.create_engine`), on SQLite and PostgreSQL: what the store relies on
 from it: a transaction committed or rolled back with its block, nothing kept that was not
 committed, results readable after the connection went back, executemany, ``run_sync``, and a
 cancelled block handing its connection back to the pool, and pooling before and after a
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 import sqlalchemy as sa
 
-from gateway.store import aio, db, errors
+from gateway.store.engine import aio, db, errors
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 

@@ -3,7 +3,7 @@
 Only an unreachable database used to answer 503 (docs/reliability.md, "Dependency
 outages"); a lock held too long (SQLite ``database is locked`` once its busy timeout ran
 out, PostgreSQL's ``lock_timeout``, SQLSTATE 55P03) answered 500 with a traceback in the
-log. Every transient store error (:func:`gateway.store.errors.transient`) now answers
+log. Every transient store error (:func:`gateway.store.engine.errors.transient`) now answers
 503 problem+json with ``Retry-After``, and the refused request changes no row. Real
 locks on both backends: another connection holds the database's write lock (SQLite) or
 an exclusive lock on ``jobs`` (PostgreSQL) while the gateway's wait is kept short.
@@ -24,7 +24,7 @@ import pytest
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.http.middleware import STORE_RETRY_AFTER_S
-from gateway.store import db
+from gateway.store.engine import db
 from tests.support.databases import database_url_for, migrate, pg_admin
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 

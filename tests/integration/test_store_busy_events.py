@@ -1,7 +1,7 @@
 """A provider webhook that meets a locked database answers 503 (the provider retries) and
 stores nothing; the same webhook once the lock is gone is stored and applied, once. On
 SQLite the event's transaction goes through the second connection of
-gateway/store/fastwrite.py, which must give up at once on a lock and leave the wait (and
+gateway/store/engine/fastwrite.py, which must give up at once on a lock and leave the wait (and
 the 503) to the engine, as before it existed."""
 
 from __future__ import annotations

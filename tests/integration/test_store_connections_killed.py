@@ -3,7 +3,7 @@ restart, a failover, an idle-connection reaper) cost at most the requests that w
 them: a request whose connection is terminated mid-transaction is tried again on a new
 one or answered 503 problem+json (retry), never 500, and stores its prediction once; idle
 pooled connections are replaced unnoticed (``pool_pre_ping``). Attacking the store's own
-asyncio engine (gateway/store/aio.py, 9f2401f); it held, as before it.
+asyncio engine (gateway/store/engine/aio.py, 9f2401f); it held, as before it.
 
 Only this test's own database's connections are terminated; SQLite has none to kill.
 """

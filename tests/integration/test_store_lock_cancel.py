@@ -1,4 +1,4 @@
-"""A statement waiting for SQLite's write lock on a worker thread (gateway/store/inline.py)
+"""A statement waiting for SQLite's write lock on a worker thread (gateway/store/engine/inline.py)
 whose caller is cancelled ends cleanly: nothing logged ("Task exception was never
 retrieved"), no lock left held, the engine usable; cancelled twice (SQLAlchemy then
 force-closes the connection while the thread still runs the statement) the process does
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from gateway.store import db
+from gateway.store.engine import db
 
 
 async def _scenario(path: str, cancels: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ next call is answered as ever.
 
 The statement is held by another session's ``LOCK TABLE ... IN ACCESS EXCLUSIVE MODE``
 (what a write on a silently dead connection looks like from the caller: no answer).
-SQLite waits on its busy timeout instead (gateway/store/inline.py): PostgreSQL only.
+SQLite waits on its busy timeout instead (gateway/store/engine/inline.py): PostgreSQL only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 import sqlalchemy as sa
 
-from gateway.store import db, errors
+from gateway.store.engine import db, errors
 from gateway.store.schema import jobs
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
@@ -28,7 +28,7 @@ async def test_a_statement_without_an_answer_times_out_transient(
     database_url: str, backend: str
 ) -> None:
     if backend != "postgres":
-        pytest.skip("SQLite waits on its busy timeout (gateway/store/inline.py)")
+        pytest.skip("SQLite waits on its busy timeout (gateway/store/engine/inline.py)")
     engine = db.create_engine(database_url, statement_timeout_s=0.5)
     locker = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:

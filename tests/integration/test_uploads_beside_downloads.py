@@ -1,5 +1,5 @@
 """A Cog upload, and the clean-up of a cancelled one, go on while :data:`MAX_DOWNLOADS`
-long output downloads run (gateway/download.py; docs/storage.md, "Threads"): an upload's
+long output downloads run (gateway/files/download.py; docs/storage.md, "Threads"): an upload's
 block writes and ``Spool.discard`` used to wait for a thread of the downloads' pool,
 held by bodies that take minutes (a 1 GiB file each), so Cog's upload stalled."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway import download as downloads
-from gateway.download import MAX_DOWNLOADS, SPOOL_BLOCK_BYTES, Spool
+from gateway.files import download as downloads
+from gateway.files.download import MAX_DOWNLOADS, SPOOL_BLOCK_BYTES, Spool
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 

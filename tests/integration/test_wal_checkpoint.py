@@ -1,5 +1,5 @@
 """SQLite's WAL checkpoint runs on the store's worker thread, never in a commit on the
-event loop thread, and the WAL stays bounded (gateway/store/checkpoint.py)."""
+event loop thread, and the WAL stays bounded (gateway/store/engine/checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store import checkpoint
+from gateway.store.engine import checkpoint
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until_sync
 

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
+from gateway import wire
 from gateway.http import keys
 from gateway.store.schema import outbox
 from gateway.webhooks import signing
@@ -243,7 +244,7 @@ async def test_a_delivery_is_the_exact_signed_snapshot(
     assert (got.path, got.query) == ("/hooks/replicate", "customId=123")
     assert got.headers["content-type"] == "application/json"
     assert got.headers["user-agent"] == "cutover"
-    assert got.body == signing.compact_json(got.payload)  # compact JSON, byte for byte
+    assert got.body == wire.compact_json(got.payload)  # compact JSON, byte for byte
     (row,) = await outbox_rows(gateway.store.engine, job_id)
     assert got.body == row.payload.encode() and got.webhook_id == row.msg_id
     assert abs(int(got.headers["webhook-timestamp"]) - datetime.now(UTC).timestamp()) < 60

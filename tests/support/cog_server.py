@@ -1,13 +1,13 @@
 """Run the real Cog server (coglet 0.23.1) as a subprocess for tests.
 
-The command is the one of ../shared/specs/providers.md §9.1::
+The command is the one README.md gives ("Running Cog behind cutover")::
 
     PATH=<venv bin>:$PATH PORT=<port> COG_PREDICT_TYPE_STUB=predict.py:Predictor \
         <python> -m cog.server.http --host 127.0.0.1
 
 run in the model's directory. coglet starts its worker as ``python -c ...`` found on
 ``PATH``, so the venv's ``bin`` must come first or the worker dies with
-``ModuleNotFoundError: coglet`` and the server never gets READY (the §9.1 gotcha).
+``ModuleNotFoundError: coglet`` and the server never gets READY.
 The server gets its own process group (its worker included), its own ``TMPDIR`` (Cog
 writes inputs and outputs there, the echo model its files) and a log file.
 """

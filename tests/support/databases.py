@@ -98,7 +98,7 @@ async def reset_database(url: str) -> None:
 
 async def migrate(url: str) -> None:
     """Apply the gateway's migrations to ``url``."""
-    from gateway.store import db
+    from gateway.store.engine import db
 
     engine = db.create_engine(url)
     try:

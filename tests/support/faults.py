@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from tests.support.gateway import GatewayHarness
 
 __all__ = [

@@ -64,6 +64,7 @@ class Live:
         self.tests: set[str] = set()
         self.statuses: dict[int, int] = {}
         self.snapshot = self.rows()
+        self.prediction_id = ""  # a prediction the suite made, when it made one
 
     async def _start(self) -> TestClient:
         app = create_app(self._settings, run_loops=False)

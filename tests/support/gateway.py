@@ -2,7 +2,7 @@
 
 :class:`GatewayHarness` wraps the aiohttp test client and the app. Background loops are
 not started; :meth:`settle` runs every loop's ``run_once`` until none has work left, so a
-test decides exactly when the gateway moves (STYLE.md rule 15).
+test decides exactly when the gateway moves (docs/architecture.md, rule 15).
 """
 
 from __future__ import annotations

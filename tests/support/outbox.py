@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
-from gateway.store.aio import Engine
+from gateway.store.engine.aio import Engine
 from gateway.store.schema import outbox
 from gateway.webhooks.delivery import Delivery
 from tests.support.gateway import VERSION, GatewayHarness

@@ -1,12 +1,12 @@
-"""The sticky canary draw (gateway/canary.py)."""
+"""The sticky canary draw (gateway/rollout/canary.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import canary
-from gateway.route import CallerKey, parse_caller_key
+from gateway.rollout import canary
+from gateway.rollout.spec import CallerKey, parse_caller_key
 
 ROUTE = "acme/echo"
 CALLERS = [f"token:caller-{i}" for i in range(1000)]
@@ -64,7 +64,7 @@ def test_shadow_sampling_is_a_share_of_predictions():
 
 
 def test_only_sampled_control_predictions_with_admitted_input_are_shadowed():
-    from gateway.route import RouteSpec
+    from gateway.rollout.spec import RouteSpec
 
     spec = RouteSpec(provider="a", candidate="b", shadow_percent=100, baseline_percent=0,
                      shadow_policy={"allow_fields": ["prompt"]})

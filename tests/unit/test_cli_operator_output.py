@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway import cli, routecli
+from gateway import cli
 from gateway.config import load_settings
+from gateway.rollout import cli as routecli
 
 CONFIG = """
 [gateway]

@@ -9,10 +9,10 @@ import pytest
 
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
-from gateway import cli
+from gateway import cli, retry
 from gateway.assembly import webhook_signer
 from gateway.config import WebhookSettings
-from gateway.webhooks import retry, signing
+from gateway.webhooks import signing
 from gateway.webhooks.attempt import Attempt, decide
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""How gateway/download.py hands a block to the file: writes of at most WRITE_BYTES, and
+"""How gateway/files/download.py hands a block to the file: writes of at most WRITE_BYTES, and
 a short write resumed where it stopped (an unbuffered file may write less than asked)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.download import WRITE_BYTES, _write
+from gateway.files.download import WRITE_BYTES, _write
 
 
 class ShortWrites(io.RawIOBase):

@@ -1,4 +1,4 @@
-"""A fresh SQLite store made from ``gateway/store/sqlite_head.sql`` (start-up's path) is the
+"""A fresh SQLite store made from ``gateway/store/engine/sqlite_head.sql`` (start-up's path) is the
 store the alembic migrations make: same tables, columns, constraints and indexes, same
 ``alembic_version``; and a later start (or ``cutover migrate``) finds it at head."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gateway.store import db, freshdb
+from gateway.store.engine import db, freshdb
 
 
 def _schema(path: Path) -> tuple[set[tuple[str, str, str, str]], list[tuple[str]]]:
@@ -32,7 +32,7 @@ def test_the_script_is_rendered_at_the_migrations_head() -> None:
     revision, statements = freshdb.script()
     assert revision == db.head_revision(), (
         "a migration was added or changed: render the script again with "
-        "`.venv/bin/python -m gateway.store.freshdb > gateway/store/sqlite_head.sql`"
+        "`.venv/bin/python -m gateway.store.engine.freshdb > gateway/store/engine/sqlite_head.sql`"
     )
     assert statements
 

@@ -1,12 +1,12 @@
-"""The guard's judgement over samples (gateway/guard.py)."""
+"""The guard's judgement over samples (gateway/rollout/guard.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import guard
-from gateway.route import GuardSettings
+from gateway.rollout import guard
+from gateway.rollout.spec import GuardSettings
 
 
 def _arm(n: int, failed: int = 0, latency_s: float = 1.0, arm: str = "control") -> guard.ArmStats:

@@ -1,4 +1,4 @@
-"""A call that met SQLITE_BUSY is made again (gateway/store/inline.py) only when its first
+"""A call that met SQLITE_BUSY is made again (gateway/store/engine/inline.py) only when its first
 run changed nothing: an ``executemany`` outside a transaction that committed some rows
 before the lock was taken must not insert them a second time, and a ``COMMIT`` that
 returned SQLITE_BUSY is still made again until it passes (docs/storage.md, "A cancelled
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store import inline
+from gateway.store.engine import inline
 
 
 def _file(tmp_path: Path, journal: str = "WAL") -> str:

@@ -1,7 +1,7 @@
 """An inline SQLite connection stopped from another thread (SQLAlchemy terminates a
 connection it finds unreferenced from whatever thread the garbage collector runs on)
 while a statement runs on the event loop: the statement ends, then the connection is
-closed; closing it under the statement crashed the process (gateway/store/inline.py).
+closed; closing it under the statement crashed the process (gateway/store/engine/inline.py).
 
 The scenario runs in a subprocess, so a crash fails the test instead of the test run.
 """
@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gateway.store import inline
+from gateway.store.engine import inline
 
 _LONG = (  # about a second of work on the loop
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from gateway.store import db
+from gateway.store.engine import db
 
 
 def test_head_revision_is_alembics_head() -> None:

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from contracts.errors import ConfigurationError, ContractViolation, NotFound
 from contracts.job import TERMINAL_STATES, Job, JobState, can_transition, replicate_status
 from contracts.replicate import CreatePrediction, parse_version_ref
+from gateway import wire
 from gateway.config import RouteSettings, load_settings
-from gateway.http import wire
 from gateway.predictions import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
-from gateway.routing import Caller, Router
+from gateway.rollout.router import Caller, Router
 
 VERSION = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
 OTHER_VERSION = "b" * 64
@@ -189,7 +189,7 @@ def test_parse_version_ref_never_fails_with_anything_but_value_error(ref: str):
     assert version is None or re.fullmatch(r"[0-9a-f]{64}", version)
 
 
-# --- the job state machine (DESIGN "Lifecycle") ---------------------------------------------------
+# --- the job state machine (docs/lifecycle.md) ---------------------------------------------------
 
 _ORDER = {JobState.CREATING: 0, JobState.QUEUED: 1, JobState.RUNNING: 2}
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.webhooks import retry
+from gateway import retry
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

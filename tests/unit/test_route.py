@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.route import GuardSettings, RouteSpec, parse_caller_key
+from gateway.rollout.spec import GuardSettings, RouteSpec, parse_caller_key
 
 
 @pytest.mark.parametrize("percent", [-1, 101, "lots"])

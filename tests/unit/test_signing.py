@@ -1,4 +1,5 @@
-"""gateway.signing: webhook bodies byte-identical to JS, signatures every client accepts."""
+"""Webhook bodies byte-identical to JS (gateway.wire.compact_json), and signatures every
+client accepts (gateway.webhooks.signing)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from replicate.webhook import InvalidSignatureError, Webhooks, WebhookSigningSecret
 
 from contracts import errors
+from gateway import wire
 from gateway.webhooks import signing
 
 NODE = shutil.which("node")
@@ -172,7 +174,7 @@ EDGE_CASES: list[tuple[object, bytes]] = [
 
 @pytest.mark.parametrize(("value", "expected"), EDGE_CASES)
 def test_compact_json_edge_cases(value: object, expected: bytes) -> None:
-    assert signing.compact_json(value) == expected
+    assert wire.compact_json(value) == expected
 
 
 @needs_node
@@ -185,16 +187,16 @@ def test_edge_cases_match_node(node_json: NodeJson) -> None:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=json_values)
 def test_compact_json_is_what_js_restringify_produces(node_json: NodeJson, value: object) -> None:
-    body = signing.compact_json(value)
+    body = wire.compact_json(value)
     assert node_json.restringify(body) == body
 
 
 @given(value=json_values)
 def test_compact_json_is_valid_compact_utf8_json(value: object) -> None:
-    body = signing.compact_json(value)
+    body = wire.compact_json(value)
     text = body.decode("utf-8")  # never a raw surrogate
     parsed = json.loads(text)
-    assert signing.compact_json(parsed) == body  # a fixed point
+    assert wire.compact_json(parsed) == body  # a fixed point
 
 
 _plain_values = st.recursive(
@@ -221,11 +223,11 @@ def _as_doubles(value: object) -> object:
 
 @given(value=_plain_values)
 def test_compact_json_round_trips_through_python(value: object) -> None:
-    parsed = json.loads(signing.compact_json(value), parse_int=float)
+    parsed = json.loads(wire.compact_json(value), parse_int=float)
     assert parsed == _as_doubles(value)
 
 
-# The fast path (orjson, gateway/webhooks/signing.py) must write what the exact encoder
+# The fast path (orjson, gateway/wire.py) must write what the exact encoder
 # writes, byte for byte: the webhook signature covers these bytes. Values that mostly take
 # it (no surrogate, integers near 2**53, floats JS prints otherwise, array-index keys).
 _orjson_keys = st.text(st.characters(exclude_categories=("Cs",)), max_size=6) | st.sampled_from(
@@ -252,31 +254,31 @@ _orjson_values = st.recursive(
 @given(value=_orjson_values | json_values)
 def test_the_fast_path_writes_the_exact_encoders_bytes(value: object) -> None:
     try:
-        exact = "".join(signing._encode(value, set())).encode("utf-8")
+        exact = "".join(wire._encode(value, set())).encode("utf-8")
     except (ValueError, TypeError) as exc:
         with pytest.raises(type(exc)):
-            signing.compact_json(value)
+            wire.compact_json(value)
         return
-    assert signing.compact_json(value) == exact
+    assert wire.compact_json(value) == exact
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1, {"x": math.nan}], 2**1100])
 def test_compact_json_refuses_what_json_cannot_carry(value: object) -> None:
     with pytest.raises(ValueError):
-        signing.compact_json(value)
+        wire.compact_json(value)
 
 
 def test_compact_json_refuses_cycles_and_foreign_types() -> None:
     loop: list[object] = []
     loop.append(loop)
     with pytest.raises(ValueError, match="circular"):
-        signing.compact_json(loop)
+        wire.compact_json(loop)
     with pytest.raises(TypeError):
-        signing.compact_json({1: "a"})
+        wire.compact_json({1: "a"})
     with pytest.raises(TypeError):
-        signing.compact_json({"a": {1, 2}})
+        wire.compact_json({"a": {1, 2}})
     shared = [1]
-    assert signing.compact_json([shared, shared]) == b"[[1],[1]]"  # repeats are not cycles
+    assert wire.compact_json([shared, shared]) == b"[[1],[1]]"  # repeats are not cycles
 
 
 @pytest.mark.parametrize("depth", [600, 5_000])
@@ -287,12 +289,12 @@ def test_compact_json_refuses_nesting_deeper_than_the_encoder_goes(depth: int) -
     for _ in range(depth):
         value = [value]
     with pytest.raises(ValueError, match="nested"):
-        signing.compact_json(value)
+        wire.compact_json(value)
 
 
 # --- Signer ----------------------------------------------------------------------------
 
-BODY = signing.compact_json(
+BODY = wire.compact_json(
     {"id": "p1", "status": "succeeded", "output": ["é", 1.0, {"nested": {"x": 1e-7}}]}
 )
 
@@ -358,7 +360,7 @@ def test_rotation_overlap_then_new_secret_only() -> None:
 )
 def test_any_delivery_verifies_with_replicate(value: object, msg_id: str, timestamp_s: int) -> None:
     secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
-    body = signing.compact_json(value)
+    body = wire.compact_json(value)
     headers = signing.Signer(secret).headers(msg_id, timestamp_s, body, now=NOW)
     Webhooks.validate(
         headers=headers, body=body.decode("utf-8"), secret=WebhookSigningSecret(key=secret)
@@ -463,7 +465,7 @@ def test_js_validate_webhook_accepts_a_reserialised_body() -> None:
         "logs": "line1\nline2\ttab\x01",
         "error": None,
     }  # fmt: skip
-    body = signing.compact_json(prediction)
+    body = wire.compact_json(prediction)
     old, new = signing.generate_secret(), signing.generate_secret()
     until = NOW + timedelta(minutes=10)
     signer = signing.Signer(new, previous_secret=old, previous_valid_until=until)

@@ -1,6 +1,6 @@
 """An upload cancelled mid-write (client gone, shutdown) leaves nothing behind: no temp
-file, no open descriptor, no hashing thread waiting for a block (gateway/download.py
-:class:`Spool`, gateway/uploads.py)."""
+file, no open descriptor, no hashing thread waiting for a block (gateway/files/download.py
+:class:`Spool`, gateway/files/uploads.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-import gateway.download
-from gateway.download import SPOOL_BLOCK_BYTES
+import gateway.files.download
+from gateway.files.download import SPOOL_BLOCK_BYTES
+from gateway.files.uploads import Uploads
 from gateway.storage.local import LocalStorage
-from gateway.uploads import Uploads
 from tests.support.waiting import wait_until
 
 
@@ -58,20 +58,20 @@ async def test_a_cancelled_upload_closes_removes_and_releases_its_spool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cancels: int
 ) -> None:
     gate, writing = threading.Event(), threading.Event()
-    real_write = gateway.download._write
+    real_write = gateway.files.download._write
 
     def slow_write(handle: Any, block: bytes) -> None:
         writing.set()
         gate.wait(10)  # the first block is still being written when the task is cancelled
         real_write(handle, block)
 
-    monkeypatch.setattr(gateway.download, "_write", slow_write)
+    monkeypatch.setattr(gateway.files.download, "_write", slow_write)
     storage = LocalStorage(tmp_path / "assets", fsync=True)
     copier = SimpleNamespace(max_output_bytes=1 << 30, accept=lambda raw: raw)
     uploads = Uploads(copier=copier, storage=storage, store=None, tokens={})  # type: ignore[arg-type]
     before = set(_hashers())
     second = asyncio.Event()
-    discarding = _flag(monkeypatch, gateway.download.Spool, "discard")
+    discarding = _flag(monkeypatch, gateway.files.download.Spool, "discard")
 
     async def body() -> AsyncIterator[bytes]:
         yield bytes(SPOOL_BLOCK_BYTES)  # written on a thread (held by the gate)
@@ -132,7 +132,7 @@ async def test_a_download_cancelled_twice_leaves_no_temp_file(
     path = tmp_path / "incoming"
     port = server.getsockname()[1]
     aborted = asyncio.Event()
-    real_abort, real_run = gateway.download._Job.abort, gateway.download._Job.run
+    real_abort, real_run = gateway.files.download._Job.abort, gateway.files.download._Job.run
     ended = threading.Event()
 
     def abort(job: Any) -> None:  # then download() waits for the thread, cancellable
@@ -145,17 +145,17 @@ async def test_a_download_cancelled_twice_leaves_no_temp_file(
         finally:
             ended.set()  # after the thread's own clean-up
 
-    monkeypatch.setattr(gateway.download._Job, "abort", abort)
-    monkeypatch.setattr(gateway.download._Job, "run", run)
+    monkeypatch.setattr(gateway.files.download._Job, "abort", abort)
+    monkeypatch.setattr(gateway.files.download._Job, "run", run)
 
     async def copy() -> None:
         try:
-            await gateway.download.download(
+            await gateway.files.download.download(
                 f"http://127.0.0.1:{port}/out.png", path, max_bytes=1 << 20, timeout_s=10,
                 accept=accept,
             )
         except BaseException:
-            await asyncio.to_thread(path.unlink, missing_ok=True)  # as gateway/outputs.py
+            await asyncio.to_thread(path.unlink, missing_ok=True)  # as gateway/files/outputs.py
             raise
 
     task = asyncio.create_task(copy())

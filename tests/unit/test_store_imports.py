@@ -1,5 +1,5 @@
 """Importing the gateway (what ``cutover serve`` does first) leaves out SQLAlchemy's ORM and
-its asyncio extension: the store drives Core through gateway/store/aio.py, and the
+its asyncio extension: the store drives Core through gateway/store/engine/aio.py, and the
 extension's package imports the whole ORM (about a tenth of the start-up's instructions,
 docs/benchmarks.md "Start-up")."""
 

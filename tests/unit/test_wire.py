@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from contracts.job import Job, JobState
-from gateway.http import wire
+from gateway import wire
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 BASE = {

@@ -1,7 +1,7 @@
 """Alembic environment: migrations run on a connection the gateway hands over.
 
-``gateway.store.db.migrate`` opens the connection (async engine, ``run_sync``) and passes it in
-``config.attributes["connection"]``; there is no offline mode.
+``gateway.store.engine.db.migrate`` opens the connection (async engine, ``run_sync``) and
+passes it in ``config.attributes["connection"]``; there is no offline mode.
 """
 
 from __future__ import annotations

@@ -1,0 +1,225 @@
+"""``cutover routes``: list, show and change routes from the command line (docs/canary.md).
+
+``cutover routes list``                               every route and its spec
+``cutover routes show ROUTE``                          spec, per-arm numbers, audited changes
+``cutover routes set-canary ROUTE PERCENT --reason T`` send PERCENT of callers to the candidate
+``cutover routes rollback ROUTE --reason T``           canary back to 0
+``cutover routes set-shadow ROUTE PERCENT --reason T`` shadow PERCENT of control predictions
+
+``cutover shadow report --route R [--since T] [--format md|json|html] [--output FILE]``
+                                                      the route's shadow-diff report
+
+ROUTE is the route's ``model`` or ``model:version`` as written in the config. The commands
+work on the configured database directly (``--config``), seeding it from the file first
+like a starting gateway; running gateways pick a change up within 2 s. Changes are
+audited with who = ``cli``. Bad input exits 1 with the reason and changes nothing; a
+``--reason`` empty or over 1000 characters is a usage error (exit 2).
+
+Standard output carries the answer alone; standard error only warnings and errors, as
+text lines (not the gateway's JSON log lines): ``--verbose`` adds the info lines
+(migrations applied, routes seeded), ``--log-level`` sets the level outright.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import CutoverError
+from contracts.times import parse_time
+from gateway import assembly
+from gateway.config import Settings
+from gateway.rollout.control import RouteControl, reason_problem
+from gateway.rollout.router import Router
+from gateway.rollout.shadowpairs import ShadowComparisons
+from gateway.rollout.sync import seed
+from gateway.storage import Storage
+from gateway.store.engine import db
+from gateway.store.routes import RouteBook
+from gateway.store.shadows import ShadowStore
+
+__all__ = ["add_commands", "log_setup", "run"]
+
+FORMATS = ("md", "json", "html")
+
+WHO = "cli"
+REASON_HELP = "why, at most 1000 characters (kept in the audit)"
+
+
+def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> None:
+    """Add ``routes`` and its actions to the ``cutover`` parser's subcommands (each with
+    ``shared``'s options, ``--config`` and ``--log-level``)."""
+
+    def common(command: argparse.ArgumentParser) -> Any:
+        command.add_argument("-v", "--verbose", action="store_true",
+                             help="also log info lines (migrations, seeding) to stderr")
+        return shared(command)
+
+    routes = sub.add_parser("routes", help="list, show and change routes (canary, shadow)")
+    actions = routes.add_subparsers(dest="action", required=True)
+    common(actions.add_parser("list", help="every route and its spec"))
+    show = common(actions.add_parser("show", help="one route: spec, numbers, changes"))
+    show.add_argument("route", help="model or model:version, as in the config")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    for name, text in (
+        ("set-canary", "send PERCENT of callers to the candidate"),
+        ("set-shadow", "shadow PERCENT of control predictions on the candidate"),
+    ):
+        command = common(actions.add_parser(name, help=text))
+        command.add_argument("route")
+        command.add_argument("percent", help="0 to 100")
+        command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    back = common(actions.add_parser("rollback", help="canary back to 0"))
+    back.add_argument("route")
+    back.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    shadow = sub.add_parser("shadow", help="shadow runs: the shadow-diff report")
+    shadow_actions = shadow.add_subparsers(dest="action", required=True)
+    report = common(shadow_actions.add_parser("report", help="a route's shadow-diff report"))
+    report.add_argument("--route", required=True, help="model or model:version")
+    report.add_argument("--since", help="pairs created at or after this time (ISO 8601)")
+    report.add_argument("--format", choices=FORMATS, default="md")
+    report.add_argument("--output", help="write to this file instead of standard output")
+
+
+def _reason(text: str) -> str:
+    """``--reason``: empty or over the limit is a usage error (exit 2), before the store
+    is opened (docs/canary.md 'Audit')."""
+    if problem := reason_problem(text):
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def log_setup(args: argparse.Namespace) -> tuple[str, str]:
+    """The (level, format) a ``routes`` or ``shadow`` command logs at: ``--log-level``,
+    else INFO with ``--verbose``, else WARNING; always text (the answer is for a person).
+    The configuration's ``[logging]`` is the serving gateway's, not the command's."""
+    return args.log_level or ("INFO" if args.verbose else "WARNING"), "text"
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Run one ``routes`` action; the exit status comes back (errors propagate). The
+    database engine and the owned storage it opens are closed before it returns."""
+    engine = db.create_engine(settings.gateway.database_url,
+                              statement_timeout_s=settings.gateway.database_statement_timeout_s)
+    storage: Storage | None = None
+    try:
+        await db.migrate(engine)
+        book = RouteBook(engine)
+        router = Router(settings.routes)
+        await seed(book, router, settings.providers)
+        control = RouteControl(book, routes=router.keys, providers=settings.providers)
+        if args.command == "shadow":
+            storage = assembly.storage_for(settings)
+            pairs = ShadowComparisons(
+                ShadowStore(engine), storage, public_url=settings.gateway.public_url,
+            )
+            return await _report(control, pairs, args)
+        return await _act(control, args)
+    finally:
+        if storage is not None:
+            await storage.aclose()
+        await engine.dispose()
+
+
+async def _act(control: RouteControl, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        print(_listing(await control.listing()))
+    elif args.action == "show":
+        shown = await control.describe(args.route)
+        print(json.dumps(shown, indent=2) if args.json else _show(shown))
+    else:
+        if args.action == "set-canary":
+            entry = await control.set_canary(args.route, args.percent, who=WHO, reason=args.reason)
+        elif args.action == "set-shadow":
+            entry = await control.set_shadow(args.route, args.percent, who=WHO, reason=args.reason)
+        else:
+            entry = await control.rollback(args.route, who=WHO, reason=args.reason)
+        print(f"{entry.route}: {_summary(entry.before, entry.after)} "
+              f"(change #{entry.id} by {entry.who}: {entry.reason})")
+    return 0
+
+
+async def _report(control: RouteControl, pairs: ShadowComparisons, args: Any) -> int:
+    spec = await control.spec(args.route)
+    since = parse_time(args.since, "--since") if args.since else None
+    text = await pairs.report(args.route, spec, since=since, fmt=args.format)
+    if args.output:
+        try:
+            await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        except OSError as exc:  # not "cannot reach the store", as the caller would say
+            raise CutoverError(f"cannot write --output {args.output}: {exc.strerror}") from exc
+        print(f"wrote the {args.format} report of {args.route} to {args.output}")
+    else:
+        print(text)
+    return 0
+
+
+def _pct(value: float) -> str:
+    return f"{value:g}%"
+
+
+def _summary(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
+    if before is None:
+        return "seeded"
+    moved = [f"{k} {_text(before.get(k))} -> {_text(after[k])}"
+             for k in after if before.get(k) != after[k]]
+    return "; ".join(moved) or "no change"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _listing(rows: list[dict[str, Any]]) -> str:
+    head = ("ROUTE", "CONTROL", "CANDIDATE", "CANARY", "SHADOW", "GUARD")
+    table: list[tuple[str, ...]] = [head] + [
+        (r["route"], r["spec"]["provider"], r["spec"]["candidate"] or "-",
+         _pct(r["spec"]["canary_percent"]), _pct(r["spec"]["shadow_percent"]),
+         "on" if r["spec"]["guard"] else "off")
+        for r in rows
+    ]
+    return _aligned(table)
+
+
+def _aligned(table: list[tuple[str, ...]]) -> str:
+    """Rows of cells as text columns, each as wide as its widest cell, two spaces apart."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in table)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _show(shown: dict[str, Any]) -> str:
+    spec = shown["spec"]
+    lines = [
+        f"route       {shown['route']}",
+        f"control     {spec['provider']}",
+        f"candidate   {spec['candidate'] or '-'}",
+        f"canary      {_pct(spec['canary_percent'])} (caller key: {spec['caller_key']})",
+        f"shadow      {_pct(spec['shadow_percent'])}",
+        f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}",
+        "",
+    ]
+    arms: list[tuple[str, ...]] = [
+        (f"last {shown['window_s']:g} s", "ARM", "PROVIDER", "COUNT", "FAILED", "STUCK",
+         "ERROR", "P50", "P95")
+    ]
+    for arm, s in shown["arms"].items():
+        rate = "-" if s["error_rate"] is None else f"{s['error_rate']:.1%}"
+        arms.append(("", arm, s["provider"], str(s["count"]), str(s["failed"]),
+                     str(s["stuck"]), rate,
+                     _ms(s["p50_s"]), _ms(s["p95_s"])))
+    lines += [_aligned(arms), "", "changes (newest first):"]
+    for c in shown["changes"]:
+        lines.append(f"  #{c['id']} {c['at']} {c['who']} {c['action']}: "
+                     f"{_summary(c['before'], c['after'])}; reason: {c['reason']}")
+    return "\n".join(lines)

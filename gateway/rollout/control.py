@@ -1,0 +1,181 @@
+"""What an operator does to a route, for the admin API and ``cutover routes`` alike.
+
+Every change is validated whole before anything is written (an unknown route, a percent
+outside 0-100, a provider that is not configured, a malformed threshold or policy: a
+``NotFound`` or ``ContractViolation`` naming the problem, and nothing changes), then
+applied and audited in one transaction (:meth:`gateway.store.routes.RouteBook.change`).
+See docs/canary.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from contracts.errors import ContractViolation, NotFound
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.rollout.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
+from gateway.rollout.spec import AuditEntry, RouteSpec
+from gateway.store.routes import RouteBook
+
+__all__ = ["CHANGEABLE", "MAX_REASON_CHARS", "RouteControl", "parse_percent", "reason_problem"]
+
+_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
+
+#: Spec fields the admin API's PATCH may change.
+CHANGEABLE = frozenset(RouteSpec.model_fields)
+
+#: The longest reason a change keeps (docs/canary.md 'Audit'): a sentence or a paragraph,
+#: not a pasted log, which every listing of the audit would print back.
+MAX_REASON_CHARS = 1000
+
+
+def reason_problem(reason: Any) -> str | None:
+    """What is wrong with a change's reason (empty, or over :data:`MAX_REASON_CHARS`), or
+    None; the admin API answers it as a 422, ``cutover routes`` as a usage error."""
+    if not isinstance(reason, str) or not reason.strip():
+        return "a route change needs a reason (--reason TEXT)"
+    if len(reason) > MAX_REASON_CHARS:
+        return (f"a route change's reason is {len(reason)} characters; "
+                f"at most {MAX_REASON_CHARS} are kept (docs/canary.md 'Audit')")
+    return None
+
+
+def parse_percent(value: Any, what: str = "percent") -> float:
+    """A percent from 0 to 100 (a number, or its text form on the command line).
+
+    Raises
+    ------
+    ContractViolation
+        Not a number, not finite, or outside 0-100.
+    """
+    if isinstance(value, bool) or (isinstance(value, str) and not _DECIMAL.fullmatch(value)):
+        # float() took "1_0" as 10 and "٣" as 3: a typo set a canary nobody typed
+        raise ContractViolation(f"{what} must be a number from 0 to 100, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ContractViolation(f"{what} must be a number from 0 to 100, got {value!r}") from None
+    if not math.isfinite(number) or not 0 <= number <= 100:
+        raise ContractViolation(f"{what} must be from 0 to 100, got {value!r}")
+    return number
+
+
+class RouteControl:
+    """Route changes and reports.
+
+    Parameters
+    ----------
+    book : RouteBook
+        The routes in the store.
+    routes : Collection[str]
+        The configured route names (``model`` or ``model:version``).
+    providers : Collection[str]
+        The configured provider names: a change may only name these.
+    """
+
+    def __init__(
+        self,
+        book: RouteBook,
+        *,
+        routes: Collection[str],
+        providers: Collection[str],
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._book = book
+        self._routes = list(routes)
+        self._providers = set(providers)
+        self._clock = clock
+
+    def _known(self, key: str) -> str:
+        if key not in self._routes:
+            known = ", ".join(self._routes) or "none"
+            raise NotFound(f"route {key!r} does not exist (configured routes: {known})")
+        return key
+
+    async def set_canary(self, key: str, percent: Any, *, who: str, reason: str) -> AuditEntry:
+        """Send ``percent`` of the route's callers to its candidate."""
+        value = parse_percent(percent, "canary percent")
+        return await self.change(key, {"canary_percent": value}, who=who, reason=reason,
+                                 action="set-canary")
+
+    async def rollback(self, key: str, *, who: str, reason: str) -> AuditEntry:
+        """Canary back to 0: every new prediction goes to the control."""
+        return await self.change(key, {"canary_percent": 0.0}, who=who, reason=reason,
+                                 action="rollback")
+
+    async def set_shadow(self, key: str, percent: Any, *, who: str, reason: str) -> AuditEntry:
+        """Shadow ``percent`` of the route's control predictions on its candidate."""
+        value = parse_percent(percent, "shadow percent")
+        return await self.change(key, {"shadow_percent": value}, who=who, reason=reason,
+                                 action="set-shadow")
+
+    async def change(
+        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = "update"
+    ) -> AuditEntry:
+        """Apply ``update`` (spec fields) to route ``key``, audited.
+
+        Raises
+        ------
+        NotFound
+            Unknown route.
+        ContractViolation
+            Unknown field, unknown provider, an empty reason or one over
+            :data:`MAX_REASON_CHARS`, or an invalid spec.
+        """
+        self._known(key)
+        unknown = sorted(set(update) - CHANGEABLE)
+        if unknown:
+            raise ContractViolation(
+                f"unknown route field(s) {', '.join(unknown)}; "
+                f"changeable: {', '.join(sorted(CHANGEABLE))}"
+            )
+        for field in ("provider", "candidate"):
+            name = update.get(field)
+            if name is not None and name not in self._providers:
+                raise ContractViolation(f"{field} {name!r} is not a configured provider")
+        if problem := reason_problem(reason):
+            raise ContractViolation(problem)
+        entry = await self._book.change(key, who=who, action=action, reason=reason,
+                                        update=update)
+        assert entry is not None
+        return entry
+
+    async def spec(self, key: str) -> RouteSpec:
+        """The stored spec of a configured route (``NotFound`` otherwise)."""
+        return await self._book.get(self._known(key))
+
+    async def describe(self, key: str, history: int = 20) -> dict[str, Any]:
+        """Route ``key``: its spec, per-arm numbers over the guard window, its changes."""
+        spec = await self._book.get(self._known(key))
+        window_s = spec.guard.window_s if spec.guard else DEFAULT_WINDOW_S
+        now = self._clock.now()
+        since = now - timedelta(seconds=window_s)
+        stuck = await stuck_span(self._book, key, spec, now)
+        control, candidate = await arm_stats(self._book, key, since, stuck)
+        arms = {"control": {"provider": spec.provider, **asdict(control)}}
+        if spec.candidate:
+            arms["candidate"] = {"provider": spec.candidate, **asdict(candidate)}
+        changes = await self._book.history(key, limit=history)
+        return {
+            "route": key,
+            "spec": spec.stored(),
+            "window_s": window_s,
+            "arms": arms,
+            "changes": [c.model_dump(mode="json") for c in changes],
+        }
+
+    async def listing(self) -> list[dict[str, Any]]:
+        """Every configured route with its spec."""
+        _, specs = await self._book.load()
+        return [{"route": k, "spec": specs[k].stored()} for k in self._routes if k in specs]
+
+    async def history(self, key: str | None, limit: int = 100) -> list[dict[str, Any]]:
+        """Audit entries (of route ``key``, or of all when None), newest first, as JSON."""
+        if key is not None:
+            self._known(key)
+        return [e.model_dump(mode="json") for e in await self._book.history(key, limit)]

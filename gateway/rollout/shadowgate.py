@@ -1,0 +1,158 @@
+"""The shadow budget at dispatch: a shadow over its route's budget is dropped, not queued.
+
+A shadow is written with its primary at create time at no cost but one insert; whether
+it may run is decided here, when the dispatcher claims it (docs/shadow.md, "Budget"): at
+most ``shadow_budget.max_concurrent`` of a route's shadows running at once, and at most
+``max_per_hour`` started in any hour. Shadows claimed in one round are admitted one by
+one, each counting those admitted before it. Gateway processes share the counts through
+the store, so several processes may briefly overshoot by the shadows they admit in the
+same instant. A shadow that a provider at capacity keeps waiting longer than
+``max_wait_s`` is dropped by the reaper (:meth:`ShadowGate.waited_too_long`) when that
+wait runs out: the reaper sleeps until then (:meth:`ShadowGate.next_drop_at`), and a
+create tells it of a new shadow's (:func:`drop_at`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import datetime, timedelta
+
+from contracts.errors import NotFound
+from contracts.job import Job
+from gateway import ids
+from gateway.metrics import Metrics
+from gateway.rollout import canary
+from gateway.rollout.router import Routed, Router
+from gateway.rollout.spec import HIDDEN_ARMS
+from gateway.store.records import NewJob
+from gateway.store.shadows import ShadowStore
+
+__all__ = ["DROPPED", "SHADOW_PRIORITY", "WAITED", "ShadowGate", "drop_at", "shadow_job"]
+
+log = logging.getLogger(__name__)
+DROPPED = "shadow dropped: the route's shadow budget is spent"
+WAITED = "shadow dropped: it waited longer than shadow_budget.max_wait_s for its provider"
+#: Below every route's priority (-100..100): at a provider at capacity, a hidden copy
+#: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
+SHADOW_PRIORITY = -101
+
+
+class ShadowGate:
+    """Admits or drops the shadows of one dispatcher round."""
+
+    def __init__(
+        self, *, shadows: ShadowStore, router: Router, metrics: Metrics | None = None
+    ) -> None:
+        self._shadows = shadows
+        self._router = router
+        self._metrics = metrics
+
+    async def split(self, claimed: list[Job]) -> tuple[list[Job], list[Job]]:
+        """``(to submit, to drop)`` of one round's claimed jobs; primaries always pass."""
+        admitted: Counter[str] = Counter()
+        keep, drop = [], []
+        for job in claimed:
+            if job.arm not in HIDDEN_ARMS:
+                keep.append(job)
+            elif await self._fits(job, admitted[job.route]):
+                admitted[job.route] += 1
+                keep.append(job)
+            else:
+                drop.append(job)
+        return keep, drop
+
+    async def waited_too_long(self, now: datetime, limit: int) -> list[Job]:
+        """Shadows still waiting for their provider (at capacity) longer than their
+        route's ``shadow_budget.max_wait_s`` (a route no longer configured: any), to be
+        dropped: they would otherwise wait until ``max_job_lifetime_s``. Counted as
+        dropped; a dropped shadow makes no pair, so the guard never sees it.
+
+        Asked route by route, each with its own wait: the oldest shadows of all routes
+        together could be a batch of a longer-waiting route's, hiding a late one of
+        another route from every round (while :meth:`next_drop_at` kept the reaper
+        looking)."""
+        late: list[Job] = []
+        for route, oldest in sorted((await self._shadows.oldest_waiting()).items()):
+            cutoff = now - timedelta(seconds=self._max_wait_s(route))
+            if oldest > cutoff or len(late) >= limit:
+                continue
+            late += await self._shadows.waiting(route, cutoff, limit - len(late))
+        for job in late:
+            if self._metrics is not None:
+                self._metrics.shadows.labels(job.route, "dropped").inc()
+            log.info("shadow_dropped", extra={"job_id": job.id, "route": job.route,
+                                              "waited_s": (now - job.created_at).total_seconds()})
+        return late
+
+    async def next_drop_at(self, now: datetime) -> datetime | None:
+        """When the first shadow waiting at the gateway reaches its route's ``max_wait_s``
+        (``now`` for a route no longer configured); None when none waits."""
+        del now  # every candidate is a stored time
+        times = [oldest + timedelta(seconds=self._max_wait_s(route))
+                 for route, oldest in (await self._shadows.oldest_waiting()).items()]
+        return min(times, default=None)
+
+    def _max_wait_s(self, route: str) -> float:
+        """``route``'s ``shadow_budget.max_wait_s``; 0 for a route no longer configured."""
+        try:
+            return self._router.spec(route).shadow_budget.max_wait_s
+        except NotFound:
+            return 0.0
+
+    async def _fits(self, job: Job, admitted: int) -> bool:
+        try:
+            budget = self._router.spec(job.route).shadow_budget
+        except NotFound:  # a route no longer configured: nothing to compare against
+            return False
+        running, last_hour = await self._shadows.budget_use(job.route)
+        fits = (
+            running + admitted < budget.max_concurrent
+            and last_hour + admitted < budget.max_per_hour
+        )
+        outcome = "submitted" if fits else "dropped"
+        if self._metrics is not None:
+            self._metrics.shadows.labels(job.route, outcome).inc()
+        if not fits:
+            log.info(
+                "shadow_dropped",
+                extra={"job_id": job.id, "route": job.route, "running": running,
+                       "last_hour": last_hour},
+            )
+        return fits
+
+
+def drop_at(routed: Routed, shadow: NewJob) -> datetime:
+    """When ``shadow``, still waiting at the gateway, is dropped: its route's
+    ``shadow_budget.max_wait_s`` after its creation."""
+    assert routed.spec is not None and shadow.created_at is not None  # as shadow_job makes it
+    return shadow.created_at + timedelta(seconds=routed.spec.shadow_budget.max_wait_s)
+
+
+def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
+    """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
+    control again for the baseline): no webhook, no idempotency key, its own callback
+    token, and :data:`SHADOW_PRIORITY`, so it never takes a provider's slot from a
+    waiting prediction of an app (docs/shadow.md)."""
+    spec = routed.spec
+    if spec is None or spec.candidate is None:
+        return None
+    arm = canary.shadow_arm(routed.key, spec, routed.arm, new.id, new.input)
+    if arm is None:
+        return None
+    return NewJob(
+        id=ids.new_prediction_id(),
+        model=new.model,
+        version=new.version,
+        deployment=new.deployment,
+        route=new.route,
+        provider=spec.candidate if arm == "shadow" else spec.provider,
+        input=new.input,
+        callback_token=ids.callback_token(),
+        deadline=new.deadline,
+        created_at=new.created_at,
+        priority=SHADOW_PRIORITY,
+        arm=arm,
+        shadow_of=new.id,
+    )
+

@@ -1,0 +1,135 @@
+"""Shadow pairs from the store, compared and reported with the ``shadow`` package.
+
+Feeds :func:`shadow.compare.compare` with the two ends of each finished pair (their job
+rows and the files copied to owned storage, read from there) and keeps each comparison in
+the store, once (a pair's ends never change once terminal): a pair is compared the first
+time it is read with both ends terminal (by the canary guard's round when its guard
+judges shadow contract breaks, else by the first report), and read back from then on,
+by every process. A route's report (:func:`shadow.report.build`: candidate pairs judged
+against the control-vs-control baseline pairs, rendered as Markdown, JSON or one offline
+HTML page) serves ``cutover shadow report`` and the admin page. The canary guard reads
+the contract-break breach from here (:func:`shadow.noise.contract_breach`). See
+docs/shadow.md, "How the gateway uses it".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from contracts.errors import CutoverError
+from gateway.rollout import guard
+from gateway.rollout.spec import RouteSpec
+from gateway.storage import LocalStorage, Storage
+from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
+from shadow.outcome import Outcome, OutputFile, read_path
+
+if TYPE_CHECKING:  # the comparison and report are imported when first used, not at start-up
+    from shadow import compare as comparing
+    from shadow import report as reporting
+
+__all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
+
+GUARD_PAIRS = 200  # the newest candidate pairs the guard judges per round
+REPORT_PAIRS = 1000  # the newest pairs of each kind a report aggregates
+
+
+class ShadowComparisons:
+    """Compared shadow pairs of every route (see the module docstring).
+
+    Parameters
+    ----------
+    shadows : ShadowStore
+        Reads finished pairs and their files.
+    storage : Storage
+        Owned storage, where the pairs' output files were copied.
+    public_url : str
+        The gateway's base URL (output file URLs are ``{public_url}/assets/{key}``).
+    """
+
+    def __init__(self, shadows: ShadowStore, storage: Storage, *, public_url: str) -> None:
+        self._shadows = shadows
+        self._storage = storage
+        self._public_url = public_url
+
+    def _file(self, row: FileRow) -> OutputFile:
+        return OutputFile(
+            content_type=row.content_type,
+            size_bytes=row.size_bytes,
+            sha256=row.sha256,
+            url=f"{self._public_url}/assets/{row.key}",
+            path=self._storage.path(row.key) if isinstance(self._storage, LocalStorage) else None,
+            key=row.key,
+        )
+
+    async def _read(self, file: OutputFile) -> bytes:
+        """A file's bytes: from its local path, else from owned storage (S3)."""
+        if file.path is not None or file.key is None:
+            return await read_path(file)
+        try:
+            return b"".join([chunk async for chunk in self._storage.read(file.key)])
+        except CutoverError as exc:  # compare() notes an unreadable file (an OSError)
+            raise OSError(f"output file {file.key}: {exc.detail}") from exc
+
+    async def _compare(self, route: str, pair: ShadowPair) -> StoredComparison:
+        control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
+        other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
+        from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
+
+        compared = await comparing.compare(
+            control, other, read=self._read, pair_id=pair.candidate.id
+        )
+        return StoredComparison(
+            shadow_id=pair.candidate.id, primary_id=pair.control.id, route=route,
+            kind=pair.kind, created_at=pair.candidate.created_at,
+            comparison=compared.model_dump(mode="json"),
+        )
+
+    async def compared(
+        self, route: str, kind: str, since: datetime | None = None, limit: int = REPORT_PAIRS
+    ) -> list[comparing.PairComparison]:
+        """The route's newest finished pairs of ``kind`` (``shadow`` or ``baseline``),
+        compared: pairs finished since the last call are compared and kept first."""
+        fresh = await self._shadows.pairs(route, since, limit, kind=kind, uncompared=True)
+        if fresh:
+            await self._shadows.save_comparisons([await self._compare(route, p) for p in fresh])
+        kept = await self._shadows.comparisons(route, since, limit, kind=kind)
+        from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
+
+        return [comparing.PairComparison.model_validate(c.comparison) for c in kept]
+
+    async def pair_stats(self, route: str, spec: RouteSpec, since: datetime) -> guard.PairStats:
+        """Candidate pairs since ``since``, their contract breaks, and the breach sentence
+        against the guard's ``max_contract_break_rate`` (for :mod:`gateway.rollout.guardloop`)."""
+        found = await self.compared(route, "shadow", since, GUARD_PAIRS)
+        from shadow import noise  # not at start-up (docs/benchmarks.md)
+
+        thresholds = spec.shadow_thresholds
+        if spec.guard is not None and spec.guard.max_contract_break_rate is not None:
+            thresholds = thresholds.model_copy(
+                update={"max_contract_break_rate": spec.guard.max_contract_break_rate}
+            )
+        return guard.PairStats(
+            pairs=len(found),
+            breaks=sum(p.is_contract_break for p in found),
+            breach=noise.contract_breach(found, thresholds) if found else None,
+        )
+
+    async def report(
+        self,
+        route: str,
+        spec: RouteSpec,
+        *,
+        since: datetime | None = None,
+        fmt: reporting.Format = "md",
+    ) -> str:
+        """The route's shadow-diff report in ``fmt`` (``md``, ``json`` or ``html``)."""
+        from shadow import report as reporting  # not at start-up (docs/benchmarks.md)
+
+        candidates = await self.compared(route, "shadow", since)
+        baseline = await self.compared(route, "baseline", since)
+        built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
+                                since=since, has_candidate=spec.candidate is not None)
+        if fmt == "html":  # thumbnails as data: URIs, so the page works offline
+            built = await reporting.with_previews(built)
+        return reporting.render(built, fmt)

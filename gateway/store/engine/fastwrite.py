@@ -1,0 +1,122 @@
+"""The hottest write transactions on SQLite, through the standard library's ``sqlite3``.
+
+SQLAlchemy's async engine costs about 165 us of CPU for a transaction and 100 us for each
+statement in it, where ``sqlite3`` does the same in 6 us (docs/benchmarks.md). Three
+transactions run for every completion: storing a provider event
+(:mod:`gateway.store.events`), marking events processed, and recording webhook outcomes
+(:mod:`gateway.store.deliveries`). On a SQLite file they run here instead: fixed SQL on a
+second connection of this process, begun (``BEGIN IMMEDIATE``), executed and committed
+in one synchronous call on the event loop thread, so nothing else of this process runs
+in between.
+
+:meth:`FastWrites.run` answers None when it cannot run the transaction, and the caller
+uses the engine instead:
+
+* not a SQLite file (PostgreSQL, ``:memory:``);
+* the database is locked: by another process, or by this process's engine connection in
+  the middle of a transaction waiting on a worker thread (a large value, a locked
+  database; :mod:`gateway.store.engine.inline`). The busy timeout here is 0: never a wait on
+  the loop;
+* any ``sqlite3`` error inside (rolled back first): the engine's run raises it the way
+  SQLAlchemy wraps it, which is what callers handle;
+* a listener watches the engine's statements (``before_cursor_execute`` or
+  ``after_cursor_execute``: tracing, the tests' fault injection), which statements run
+  here would bypass.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from gateway.store.engine import checkpoint, db
+from gateway.store.engine.aio import Engine
+
+__all__ = ["FastWrites", "in_list", "sqlite_time"]
+
+T = TypeVar("T")
+
+
+def sqlite_time(at: datetime | None) -> str | None:
+    """``at`` (timezone-aware) as SQLAlchemy's SQLite DATETIME stores it: UTC, microseconds."""
+    if at is None:
+        return None
+    if at.tzinfo is None:
+        raise ValueError("naive datetime given to a UTC column")
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class FastWrites:
+    """Runs short write transactions on a SQLite file through ``sqlite3`` (module docstring).
+
+    Parameters
+    ----------
+    engine : Engine
+        The process's engine: its database is written to, and its statements' listeners
+        are checked before each run.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        url = engine.url
+        is_file = engine.dialect.name == "sqlite" and url.database not in (None, "", ":memory:")
+        self._path: str | None = url.database if is_file else None
+        self._dispatch = engine.sync_engine.dispatch
+        self._conn: sqlite3.Connection | None = None
+        # the WAL checkpoint off the loop thread, when the process has one (store/checkpoint.py)
+        self._checkpointer = checkpoint.for_engine(engine)
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
+        """``work(conn)`` in one transaction, committed; None when it could not run here
+        (nothing was written: the caller uses the engine)."""
+        watched = self._dispatch.before_cursor_execute or self._dispatch.after_cursor_execute
+        if self._path is None or watched:
+            return None
+        try:
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            return None  # locked, or not there: the engine waits or raises
+        try:
+            result = work(conn)
+            conn.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.poke()
+        except sqlite3.Error:
+            self._rollback(conn)
+            return None
+        except BaseException:
+            self._rollback(conn)
+            raise
+        return result
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            assert self._path is not None
+            conn = sqlite3.connect(
+                self._path, timeout=0, isolation_level=None, check_same_thread=False,
+                cached_statements=64,
+            )
+            for pragma in db.SQLITE_WRITE_PRAGMAS:  # as the engine's
+                conn.execute(pragma)
+            if self._checkpointer is not None:  # it checkpoints on its thread instead
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+            self._conn = conn
+        return self._conn
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        """Close the connection (a later run opens it again)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def in_list(count: int) -> str:
+    """``?, ?, ...``: ``count`` placeholders for an ``IN (...)``."""
+    return ", ".join("?" * count)
