@@ -214,7 +214,7 @@ class CogAdapter:
         cog_wire.raise_for_status(self.name, "cancel", response)
         return True
 
-    async def model_schema(self) -> dict[str, Any]:
+    async def model_schema(self, target: str | None = None) -> dict[str, Any]:
         """The model's OpenAPI document, ``GET /openapi.json`` (a built image serves its
         ``Input`` and ``Output`` schemas there; docs/validation.md).
 

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from adapters import openai_mapping as mapping
-from adapters import transport
+from adapters import openai_schema, transport
 from contracts.errors import (
     CapabilityMissing,
     UpstreamRejected,
@@ -192,6 +192,11 @@ class OpenAIAdapter:
         with contextlib.suppress(asyncio.CancelledError):
             await call.task
         return True
+
+    async def model_schema(self, target: str | None = None) -> dict[str, Any]:
+        """The schema of the model this adapter implements (:mod:`adapters.openai_schema`:
+        the inputs it maps; a language model's iterator of strings, or image URIs)."""
+        return openai_schema.model_schema(self._api)
 
     async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """No OpenAI-compatible server calls back for a synchronous call: always refused."""

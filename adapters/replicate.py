@@ -184,6 +184,32 @@ class ReplicateAdapter:
             return True
         return prediction.status == "canceled" or not map_status(prediction.status).terminal
 
+    async def model_schema(self, target: str | None = None) -> dict[str, Any]:
+        """The upstream version's ``openapi_schema``: ``GET /v1/models/{o}/{n}/versions/{id}``
+        for ``owner/name:version``, the model's ``latest_version`` for ``owner/name``.
+
+        Raises
+        ------
+        UpstreamRejected, UpstreamRetryable
+            No such model or version, no schema in the answer, or a transport failure.
+        """
+        model, _, version = (target or "").partition(":")
+        if not model or model.startswith("deployments/"):
+            raise UpstreamRejected(f"{self.name}: {target!r} names no model to read a schema of")
+        path = f"/v1/models/{_quote(model)}"
+        response = await self._http.request(
+            "schema", "GET", path + (f"/versions/{urllib.parse.quote(version)}" if version else "")
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        found = body.get("latest_version") if isinstance(body, dict) and not version else body
+        schema = found.get("openapi_schema") if isinstance(found, dict) else None
+        if not isinstance(schema, dict) or not schema:
+            raise UpstreamRejected(f"{self.name}: {target} has no openapi_schema")
+        return schema
+
     async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Standard Webhooks with the account's secret (see the module docstring)."""
         lowered = {k.lower(): v for k, v in headers.items()}

@@ -116,6 +116,7 @@ class Job(BaseModel):
     target: str | None = None
     input: dict[str, Any]
     output: Any = None
+    raw_output: Any = None  # operators only: a failed output check's provider output
     logs: str | None = None
     error: str | None = None
     metrics: dict[str, Any] | None = None

@@ -31,6 +31,7 @@ from gateway.files.service import FileService
 from gateway.finalizer import Finalizer
 from gateway.http import (
     access,
+    admin,
     api,
     assets,
     files,
@@ -41,7 +42,6 @@ from gateway.http import (
     streams,
     uploads,
 )
-from gateway.http.admin import create_admin_app
 from gateway.http.middleware import ApiTokens
 from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
@@ -129,7 +129,7 @@ def create_app(
     app.add_routes(streams.routes)
     app.add_routes(files.routes)
     app.add_routes(openapi.routes)
-    app.add_subapp("/admin", create_admin_app(settings.admin.named_tokens()))
+    admin.mount(app, settings.admin)  # the admin API (Bearer) and the console (sessions)
     return app
 
 
@@ -245,11 +245,11 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
         )
         app[keys.UPLOADS] = assembly.uploads(settings, copier, app[keys.STORAGE], store)
         app[_FINALIZER] = Finalizer(
-            store=store,
-            copier=copier,
+            store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS],
+            contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,

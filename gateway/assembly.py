@@ -9,6 +9,7 @@ from typing import Any
 
 from contracts.errors import ConfigurationError, CutoverError
 from gateway.config import Settings, WebhookSettings
+from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
 from gateway.providers import Provider, file_hosts
@@ -17,6 +18,8 @@ from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
+from gateway.store.sessions import ConsoleSessions
+from gateway.validation import Schemas
 from gateway.webhooks import signing
 
 __all__ = [
@@ -89,19 +92,20 @@ def uploads(
 
 def schema_fetcher(
     providers: Callable[[], dict[str, Provider]],
-) -> Callable[[str], Awaitable[dict[str, Any]]]:
-    """``openapi_schema = "provider"``: ask the provider's adapter for its document.
+) -> Callable[[str, str], Awaitable[dict[str, Any]]]:
+    """A route's schema from its provider (``openapi_schema = "provider"``, or none given):
+    ask the provider's adapter for the document of ``target``.
 
     ``providers`` gives the running adapters (they exist only once the app has started).
     """
 
-    async def fetch(provider_name: str) -> dict[str, Any]:
+    async def fetch(provider_name: str, target: str) -> dict[str, Any]:
         adapter = providers()[provider_name].adapter
         reader = getattr(adapter, "model_schema", None)
         if reader is None:
             raise ConfigurationError(f"provider {provider_name!r} serves no model schema")
         try:
-            document: dict[str, Any] = await reader()
+            document: dict[str, Any] = await reader(target)
         except CutoverError as exc:
             raise ConfigurationError(
                 f"the model schema of provider {provider_name!r} is unavailable: {exc.detail}"
@@ -109,6 +113,11 @@ def schema_fetcher(
         return document
 
     return fetch
+
+
+def output_contract(settings: Settings, schemas: Schemas) -> OutputContract:
+    """Each route's ``Output`` schema, checked by the finalizer (gateway/conformance.py)."""
+    return OutputContract(settings.routes, schemas.document, schemas.cached)
 
 
 def retention_loop(app: Any, store: RetentionStore) -> Retention:
@@ -126,10 +135,15 @@ def retention_loop(app: Any, store: RetentionStore) -> Retention:
 
 async def open_routes(app: Any, engine: Any) -> None:
     """Routes as data and shadows (docs/canary.md): seed, load, and keep the services
-    under ``keys.ROUTES`` of ``app``."""
+    under ``keys.ROUTES`` of ``app``; the console's sessions (docs/console.md) under
+    ``keys.CONSOLE_SESSIONS``."""
     from gateway.http import keys  # the keys name this module's own types
 
     settings = app[keys.SETTINGS]
+    app[keys.CONSOLE_SESSIONS] = ConsoleSessions(
+        engine, idle_s=settings.admin.session_idle_s, max_s=settings.admin.session_max_s,
+        clock=app[keys.CLOCK],
+    )
     app[keys.ROUTES] = await routewiring.open_routes(
         engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS], app[keys.STORAGE],
         providers=list(settings.providers), public_url=settings.gateway.public_url,

@@ -2,13 +2,13 @@
 
 ``cutover serve --config FILE``  run the gateway (HTTPS when a certificate is configured)
 ``cutover migrate --config FILE``  apply the store's migrations and exit
-``cutover check --config FILE``  validate the configuration and print a summary
+``cutover check --config FILE``  validate the configuration, print a summary and the drift
 ``cutover health [--config FILE]``  GET /ready where ``serve`` listens (:mod:`gateway.healthcheck`)
 ``cutover chaos [--predictions N] [--profile FILE] [--database-url URL]``  the chaos run
 ``cutover webhooks list-dead [--since T] [--until T] [--limit N]``  dead-lettered webhooks
 ``cutover webhooks show ID``  one webhook event (outbox id or msg_ id), with its payload
 ``cutover webhooks replay ID | --since T [--until T]``  send dead events again
-``cutover routes list | show ROUTE | set-canary | rollback | set-shadow``  routes (below)
+``cutover routes list | show | set-canary | set-shadow | rollback | promote | pause-guard``
 
 The ``webhooks`` commands work directly on the configured database (``--config``), so
 they also work while no gateway runs; a running gateway sends replayed events within
@@ -39,9 +39,10 @@ from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
 from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
+from gateway.rollout import drift as routedrift
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
-from gateway.validation import schema_problem
+from gateway.validation import schema_problem, schema_unknown
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
 
 __all__ = ["main", "readiness_problems"]
@@ -192,6 +193,12 @@ def _check(settings: Settings, path: Path | None) -> int:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
         print(f"cutover: warning: {ignored}", file=sys.stderr)
+    for route in settings.routes:
+        provider_conf = settings.providers.get(route.provider)
+        kind = provider_conf.kind if provider_conf else None
+        if (unknown := schema_unknown(route.openapi_schema, kind)) is not None:
+            name = f"{route.model}:{route.version}" if route.version else route.model
+            print(f"cutover: warning: route {name}: {unknown}", file=sys.stderr)
     print(f"config      {path or 'none (no --config nor $CUTOVER_CONFIG): defaults'}"
           " + CUTOVER_* environment")
     print(f"listen      {gw.listen} ({'https' if gw.tls_cert_file else 'http'})")
@@ -206,7 +213,20 @@ def _check(settings: Settings, path: Path | None) -> int:
         moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
               f"{moving}")
+    print(_drift(settings))
     return 1 if problems else 0
+
+
+def _drift(settings: Settings) -> str:
+    """Routes changed live away from the file, with the TOML that would match them
+    (:mod:`gateway.rollout.drift`); a store that cannot be read is said, not fatal."""
+    try:
+        found = asyncio.run(routedrift.find(settings))
+    except (db.StoreError, OSError) as exc:
+        return f"drift       not checked: {_unreachable(settings, exc)}"
+    if isinstance(found, str):
+        return f"drift       not checked: {found}"
+    return routedrift.render(found)
 
 
 def readiness_problems(settings: Settings) -> list[str]:

@@ -2,10 +2,12 @@
 "The data path").
 
 Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
-:meth:`Finalizer.finalize`. It checks the provider job id, copies output files into owned
-storage, then records the terminal state, the asset rows and the ``completed`` outbox
-event in one transaction (:meth:`gateway.store.jobs.JobStore.finish`). A call for a job that
-is already terminal is a no-op that returns the stored result.
+:meth:`Finalizer.finalize`. It checks the provider job id, checks the output against the
+model's ``Output`` schema (:mod:`gateway.conformance`: a mismatch fails the job, the raw
+output kept for operators), copies output files into owned storage, then records the
+terminal state, the asset rows and the ``completed`` outbox event in one transaction
+(:meth:`gateway.store.jobs.JobStore.finish`). A call for a job that is already terminal
+is a no-op that returns the stored result.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Any
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
+from gateway.conformance import OutputContract, OutputMismatch
 from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.validation import noted_logs
 from gateway.wire import timestamp
 
 __all__ = ["ASKS_BEFORE_GIVING_UP", "Finalizer", "why_never_started"]
@@ -41,8 +45,10 @@ class Finalizer:
         notifier: Notifier,
         file_hosts: Mapping[str, Collection[str]] | None = None,
         metrics: Metrics | None = None,
+        contract: OutputContract | None = None,
     ) -> None:
         self._store = store
+        self._contract = contract
         self._copier = copier
         self._notifier = notifier
         self._file_hosts = file_hosts or {}
@@ -81,9 +87,11 @@ class Finalizer:
             return Progress(JobState.QUEUED, snapshot.raw_status)
         state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
         output = snapshot.output
+        if self._contract is not None:
+            output = self._contract.interim(job.route, output)
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
             output = None
-        return Progress(state, snapshot.raw_status, output, snapshot.logs)
+        return Progress(state, snapshot.raw_status, output, noted_logs(job.logs, snapshot.logs))
 
     async def finish_here(
         self, job: Job, state: JobState, error: str | None, logs: str | None = None
@@ -97,16 +105,26 @@ class Finalizer:
     async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
         base: dict[str, Any] = {
             "raw_status": snapshot.raw_status,
-            "logs": snapshot.logs,
+            "logs": noted_logs(job.logs, snapshot.logs),
             "metrics": snapshot.metrics,
             "provider_job_id": snapshot.provider_job_id,  # kept if the job has none yet
         }
         if snapshot.state is not JobState.COMPLETED:
             # Outputs of failed and canceled jobs are not kept: they are not owned files.
             return Outcome(state=snapshot.state, error=snapshot.error, **base)
+        output = snapshot.output
+        if self._contract is not None:  # after the route's output map, before any copy
+            try:
+                output = await self._contract.conform(job.route, output)
+            except OutputMismatch as exc:
+                log.warning("output_mismatch", extra={
+                    "job_id": job.id, "route": job.route, "provider": job.provider,
+                    "error": exc.detail})
+                return Outcome(state=JobState.FAILED, error=exc.detail,
+                               raw_output=snapshot.output, **base)
         hosts = self._file_hosts.get(job.provider, ())
         try:
-            output, records = await self._copier.copy(job.id, snapshot.output, hosts)
+            output, records = await self._copier.copy(job.id, output, hosts)
         except AssetError as exc:
             log.warning("output_copy_failed", extra={"job_id": job.id, "error": exc.detail})
             return Outcome(state=JobState.FAILED, error=exc.detail, **base)

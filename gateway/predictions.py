@@ -202,8 +202,8 @@ class PredictionService:
         job_id = ids.new_prediction_id()
         await self._refresh_routes()  # live route changes (gateway.rollout.sync)
         routed = self._router.resolve(request, job_id)
-        if self._schemas is not None:  # a bad input is refused before any row or call
-            await self._schemas.check(routed.route, request.input)
+        checked = (await self._schemas.check(routed.route, request.input, job_id)  # before rows
+                   if self._schemas is not None else validation.CheckedInput(request.input))
         routed = self._router.resolve(request, job_id, Caller(options.token, options.headers))
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
@@ -220,7 +220,8 @@ class PredictionService:
             route=routed.key,
             provider=routed.provider,
             target=routed.target,
-            input=request.input,
+            input=checked.input,
+            logs=checked.note,
             callback_token=ids.callback_token(),
             webhook=webhook,
             webhook_events_filter=events,

@@ -4,9 +4,11 @@ A route's schema is a Cog-style OpenAPI document (``components.schemas.Input``, 
 choices as ``allOf``/``$ref`` to enum schemas), given inline, as a path to a JSON file,
 or read once from the provider (a built Cog image serves ``/openapi.json``). ``input`` is
 checked with ``jsonschema`` (the draft the schema declares, else 2020-12): a wrong type, a
-value out of range or outside its choices, a missing required field, or a field the model
-does not declare is refused with a 422 whose detail names each field
-(docs/replicate-api.md §5.1; docs/validation.md). Formats are not asserted: a file input
+value out of range or outside its choices, or a missing required field is refused with a
+422 whose detail names each field (docs/replicate-api.md §5.1; docs/validation.md). A field
+the model does not declare is dropped, as Cog drops it (litellm sends ``stream``,
+llama-index ``max_length``), and named in the prediction's logs; a route with
+``strict_inputs = true`` refuses it instead. Formats are not asserted: a file input
 (``format: uri``) may be an URL or a ``data:`` URI alike.
 """
 
@@ -15,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,21 +30,55 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
 
 __all__ = [
-    "PROVIDER_SCHEMA", "InputInvalid", "InputValidator", "Schemas", "load_schema",
-    "schema_problem",
+    "DROPPED_NOTE", "PROVIDER_SCHEMA", "TELLING_KINDS", "CheckedInput", "InputInvalid",
+    "InputValidator", "Schemas", "load_schema", "model_target", "noted_logs", "schema_problem",
+    "schema_unknown",
 ]
 
 #: ``openapi_schema = "provider"``: read the schema once from the route's provider.
 PROVIDER_SCHEMA = "provider"
-Fetch = Callable[[str], Awaitable[dict[str, Any]]]
+#: A route without ``openapi_schema``: how long its provider may take to give its schema,
+#: and when a provider that could not tell is asked again (seconds).
+ASK_TIMEOUT_S = 5.0
+ASK_AGAIN_S = 30.0
+Fetch = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+log = logging.getLogger(__name__)
 
 _MAX_REPORTED = 10
+
+
+#: The first line of a prediction's logs when undeclared input fields were dropped.
+DROPPED_NOTE = "Stripped unknown input fields: "
 
 
 class InputInvalid(ContractViolation):
     """``input`` does not match the model's schema (422); the detail names the fields."""
 
     title = "Invalid input"
+
+
+@dataclass(frozen=True)
+class CheckedInput:
+    """A valid input as the provider gets it: ``input`` without the undeclared fields,
+    ``dropped`` their names (sorted; empty when nothing was dropped)."""
+
+    input: dict[str, Any]
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str | None:
+        """The line the prediction's logs start with, naming ``dropped``; None if empty."""
+        return f"{DROPPED_NOTE}{', '.join(self.dropped)}\n" if self.dropped else None
+
+
+def noted_logs(job_logs: str | None, provider_logs: str | None) -> str | None:
+    """``provider_logs`` behind the job's :data:`DROPPED_NOTE` line, when its logs start
+    with one (providers send their whole log each time; the note stays first)."""
+    if provider_logs is None or not job_logs or not job_logs.startswith(DROPPED_NOTE):
+        return provider_logs
+    note = job_logs.split("\n", 1)[0] + "\n"
+    return provider_logs if provider_logs.startswith(note) else note + provider_logs
 
 
 def load_schema(value: dict[str, Any] | str | Path) -> dict[str, Any]:
@@ -75,6 +114,27 @@ def schema_problem(source: dict[str, Any] | str | None) -> str | None:
     return None
 
 
+#: Provider kinds whose adapter can give a route's schema (``model_schema``).
+TELLING_KINDS = frozenset({"cog", "replicate", "openai"})
+
+UNKNOWN_SCHEMA_COST = (
+    "inputs are not validated (a wrong type reaches the provider), undeclared fields are "
+    "not dropped, outputs are not checked against the model's Output, and its version "
+    "object says the schema is unknown (integrations that read it, such as langchain's "
+    "Replicate LLM, fail); set openapi_schema on the route (docs/validation.md)"
+)
+
+
+def schema_unknown(source: dict[str, Any] | str | None, provider_kind: str | None) -> str | None:
+    """Why a route's model schema is unknown, without calling anyone, or None when it is
+    given or its provider can tell (``cutover check`` warns with it)."""
+    if source is not None or provider_kind in TELLING_KINDS:
+        return None
+    return f"no model schema: provider kind {provider_kind!r} cannot tell it, so " + (
+        UNKNOWN_SCHEMA_COST
+    )
+
+
 class InputValidator:
     """Checks prediction inputs against one OpenAPI document's ``Input`` schema.
 
@@ -92,8 +152,11 @@ class InputValidator:
             raise ConfigurationError("the model schema has no components.schemas.Input object")
         schemas = copy.deepcopy(schemas)
         declared = schemas["Input"]
-        if "properties" in declared and "additionalProperties" not in declared:
-            declared["additionalProperties"] = False  # unknown fields are refused
+        # Undeclared fields are the validator's to drop (or refuse, strict): a schema
+        # that allows them itself (``additionalProperties``) keeps them.
+        self._closed = "properties" in declared and "additionalProperties" not in declared
+        if self._closed:
+            declared["additionalProperties"] = False
         self._properties = set(declared.get("properties", {}))
         root = {"$ref": "#/components/schemas/Input", "components": {"schemas": schemas}}
         # jsonschema loads only when a route has a schema (it is slow to import: start-up)
@@ -107,14 +170,19 @@ class InputValidator:
             raise ConfigurationError(f"the model's Input schema is invalid: {exc.message}") from exc
         self._validator = cls(root)
 
-    def check(self, value: dict[str, Any]) -> None:
-        """Return if ``value`` is a valid input, else raise.
+    def check(self, value: dict[str, Any], *, strict: bool = False) -> CheckedInput:
+        """``value`` without the fields the model does not declare, if the rest is valid.
+
+        ``strict``: an undeclared field is a problem too (``strict_inputs = true``).
 
         Raises
         ------
         InputInvalid
             Listing up to ten problems as ``input.<field>: <what is wrong>``.
         """
+        unknown = sorted(set(value) - self._properties) if self._closed else []
+        if unknown and not strict:
+            value = {k: v for k, v in value.items() if k in self._properties}
         problems = sorted(
             {self._describe(error, value) for error in self._validator.iter_errors(value)}
         )
@@ -122,6 +190,7 @@ class InputValidator:
             shown = "; ".join(problems[:_MAX_REPORTED])
             more = len(problems) - _MAX_REPORTED
             raise InputInvalid(shown + (f"; and {more} more" if more > 0 else ""))
+        return CheckedInput(value, () if strict else tuple(unknown))
 
     def _describe(self, error: ValidationError, value: dict[str, Any]) -> str:
         path = ".".join(str(part) for part in error.absolute_path)
@@ -149,23 +218,49 @@ class _Route(Protocol):
     @property
     def openapi_schema(self) -> dict[str, Any] | str | None: ...
 
+    @property
+    def strict_inputs(self) -> bool: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def version(self) -> str | None: ...
+
+    @property
+    def target(self) -> str | None: ...
+
+
+def model_target(route: _Route) -> str:
+    """The provider's name for the route's model: its ``target``, else ``model[:version]``."""
+    if route.target:
+        return route.target
+    return f"{route.model}:{route.version}" if route.version else route.model
+
 
 class Schemas:
     """Each route's schema document and validator, loaded once and kept.
 
+    A route without ``openapi_schema`` asks its provider, wherever the provider can tell
+    (a Cog server's ``/openapi.json``, the upstream version of a ``replicate`` provider,
+    the ``openai`` adapter's own language-model schema), within
+    :data:`ASK_TIMEOUT_S`; a provider that cannot tell (or cannot be reached) leaves the
+    schema unknown, asked again after :data:`ASK_AGAIN_S` (docs/validation.md).
+
     Parameters
     ----------
     fetch : callable
-        ``await fetch(provider_name)``: the provider's own OpenAPI document, for routes
-        whose ``openapi_schema`` is ``"provider"``.
+        ``await fetch(provider_name, target)``: the provider's own OpenAPI document for the
+        route's model (``target``: the route's target, else ``model[:version]``).
     """
 
     def __init__(self, fetch: Fetch) -> None:
         self._fetch = fetch
-        self._documents: dict[tuple[str, Any], dict[str, Any] | None] = {}
-        self._validators: dict[tuple[str, Any], InputValidator | None] = {}
+        self._documents: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+        self._unknown_until: dict[tuple[Any, ...], float] = {}
+        self._validators: dict[tuple[Any, ...], tuple[Any, InputValidator | None]] = {}
         self._inline: list[Any] = []  # keeps inline documents alive, so ids stay theirs
-        self._lock = asyncio.Lock()
+        self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}  # one per route's source
 
     async def document(self, route: _Route) -> dict[str, Any] | None:
         """The route's schema document, or None when it declares none.
@@ -176,30 +271,54 @@ class Schemas:
             The file is unreadable or the provider could not give its schema.
         """
         key = self._key(route)
-        if key not in self._documents:
-            async with self._lock:
-                if key not in self._documents:
+        if key not in self._documents or self._ask_again(key):
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                if key not in self._documents or self._ask_again(key):
                     self._documents[key] = await self._load(route)
+                    self._unknown_until.pop(key, None)
+                    if self._documents[key] is None and route.openapi_schema is None:
+                        self._unknown_until[key] = time.monotonic() + ASK_AGAIN_S
         return self._documents[key]
 
-    def _key(self, route: _Route) -> tuple[str, Any]:
+    def _ask_again(self, key: tuple[Any, ...]) -> bool:
+        until = self._unknown_until.get(key)
+        return until is not None and time.monotonic() >= until
+
+    def cached(self, route: _Route) -> dict[str, Any] | None:
+        """The route's document if this process has loaded it already, else None (no
+        I/O: for the hot path of interim outputs)."""
+        return self._documents.get(self._key(route))
+
+    def _key(self, route: _Route) -> tuple[Any, ...]:
         source = route.openapi_schema
         if isinstance(source, dict):
             if not any(kept is source for kept in self._inline[-64:]):
                 self._inline.append(source)
             return ("inline", id(source))
-        return (route.provider, source)
+        return (route.provider, source, model_target(route))
 
     async def _load(self, route: _Route) -> dict[str, Any] | None:
         source = route.openapi_schema
         if source is None:
-            return None
+            try:
+                return await asyncio.wait_for(
+                    self._fetch(route.provider, model_target(route)), ASK_TIMEOUT_S
+                )
+            except (ConfigurationError, TimeoutError) as exc:
+                why = exc.detail if isinstance(exc, ConfigurationError) else "no answer in time"
+                log.info("model_schema_unknown", extra={"provider": route.provider,
+                                                        "model": route.model, "error": why})
+                return None
         if source == PROVIDER_SCHEMA:
-            return await self._fetch(route.provider)
+            return await self._fetch(route.provider, model_target(route))
         return await asyncio.to_thread(load_schema, source)
 
-    async def check(self, route: _Route, value: dict[str, Any]) -> None:
-        """Validate ``value`` as the route's input; routes without a schema accept any.
+    async def check(
+        self, route: _Route, value: dict[str, Any], job_id: str = ""
+    ) -> CheckedInput:
+        """``value`` as the provider gets it (undeclared fields dropped, unless the route
+        has ``strict_inputs``, and logged as ``input_fields_dropped`` with ``job_id``),
+        if valid; routes without a schema accept any input.
 
         Raises
         ------
@@ -209,9 +328,16 @@ class Schemas:
             The route's schema cannot be loaded or is not a valid model schema.
         """
         key = self._key(route)
-        if key not in self._validators:
-            document = await self.document(route)
-            self._validators[key] = InputValidator(document) if document else None
-        validator = self._validators[key]
-        if validator is not None:
-            validator.check(value)
+        document = await self.document(route)
+        made = self._validators.get(key)
+        if made is None or made[0] is not document:
+            made = (document, InputValidator(document) if document else None)
+            self._validators[key] = made
+        validator = made[1]
+        if validator is None:
+            return CheckedInput(value)
+        checked = validator.check(value, strict=route.strict_inputs)
+        if checked.dropped:
+            log.info("input_fields_dropped", extra={
+                "job_id": job_id, "model": route.model, "fields": list(checked.dropped)})
+        return checked

@@ -104,30 +104,44 @@ class RetentionSettings(_Section):
     interval_s: float = Field(default=60.0, gt=0)
 
 
+AdminRole = Literal["admin", "viewer"]
+
+
 class AdminToken(_Section):
-    """A named admin token: the name is what the route audit records as "who"."""
+    """A named admin token: the name is what the route audit records as "who"; ``role``
+    ``admin`` (the default) may change routes, ``viewer`` only reads (docs/console.md)."""
 
     name: str = Field(min_length=1, max_length=64)
     token: SecretStr
+    role: AdminRole = "admin"
 
 
 class AdminSettings(_Section):
     """``[admin]``: the admin API's own tokens (distinct from the Replicate API tokens).
 
-    Each entry is a token, or ``{name = "alice", token = "..."}``; an unnamed token is
-    called ``admin-N`` (its 1-based position) in the audit trail.
+    Each entry is a token, or ``{name = "alice", token = "...", role = "viewer"}``; an
+    unnamed token is called ``admin-N`` (its 1-based position) in the audit trail and has
+    the ``admin`` role. The console (docs/console.md) signs a person out after
+    ``session_idle_s`` without a page they asked for, and after ``session_max_s`` in any
+    case.
     """
 
     tokens: list[SecretStr | AdminToken] = Field(default_factory=list)
+    session_idle_s: float = Field(default=1800.0, ge=60.0, le=86400.0)
+    session_max_s: float = Field(default=43200.0, ge=60.0, le=30 * 86400.0)
+
+    def roles(self) -> list[tuple[str, str, AdminRole]]:
+        """``(name, secret, role)`` of every admin token."""
+        return [
+            (t.name, t.token.get_secret_value(), t.role)
+            if isinstance(t, AdminToken)
+            else (f"admin-{i}", t.get_secret_value(), "admin")
+            for i, t in enumerate(self.tokens, start=1)
+        ]
 
     def named_tokens(self) -> list[tuple[str, str]]:
         """``(name, secret)`` of every admin token."""
-        return [
-            (t.name, t.token.get_secret_value())
-            if isinstance(t, AdminToken)
-            else (f"admin-{i}", t.get_secret_value())
-            for i, t in enumerate(self.tokens, start=1)
-        ]
+        return [(name, secret) for name, secret, _ in self.roles()]
 
 
 class WebhookSettings(_Section):

@@ -5,6 +5,10 @@ these are not the Replicate API tokens (``/admin/`` is outside the API-token mid
 With no admin token configured, every admin request is refused with 403. Errors are
 problem+json, like the rest of the gateway.
 
+``GET /admin/`` redirects (303) to the console, ``/admin/console/`` (docs/console.md),
+which signs people in with its own sessions; a session cookie never authorizes these
+routes, and a ``viewer`` token may only read them.
+
 Routes (all JSON):
 
 ``GET  /admin/webhooks/dead?since=&until=&limit=``
@@ -29,53 +33,77 @@ from typing import Any
 
 from aiohttp import web
 
-from contracts.auth import bearer_token, same_secret
+from contracts.auth import bearer_token
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
-from gateway.http import keys
+from gateway.config import AdminSettings
+from gateway.http import console, keys
 from gateway.http import routes as route_admin
+from gateway.http.admintokens import IDENTITY, READ_METHODS, AdminTokens, refuse_viewer
 from gateway.http.middleware import Handler, json_response
 from gateway.notify import LoopName
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
 
-__all__ = ["create_admin_app"]
+__all__ = ["create_admin_app", "mount"]
 
 routes = web.RouteTableDef()
 
 
-def create_admin_app(tokens: Iterable[str | tuple[str, str]]) -> web.Application:
+def mount(app: web.Application, settings: AdminSettings) -> None:
+    """Add the console (``/admin/console``, people signed in by session, docs/console.md)
+    and the admin API (``/admin``, Bearer tokens) to the gateway ``app``."""
+    tokens = settings.roles()
+    app.add_subapp("/admin/console", console.create_console_app(
+        AdminTokens(tokens), idle_s=settings.session_idle_s))
+    app.add_subapp("/admin", create_admin_app(tokens))
+
+
+def create_admin_app(
+    tokens: Iterable[str | tuple[str, str] | tuple[str, str, str]],
+) -> web.Application:
     """The admin sub-application; mount it with ``app.add_subapp("/admin", ...)``.
 
     Parameters
     ----------
-    tokens : Iterable[str or (name, token)]
+    tokens : Iterable[str, (name, token) or (name, token, role)]
         Accepted bearer tokens, optionally named (the name is "who" in the route audit,
-        docs/canary.md); none means the admin API answers 403 to everything.
+        docs/canary.md) and given a role (``admin``, the default, or ``viewer``: reads
+        only, docs/console.md); none means the admin API answers 403 to everything.
     """
-    named = [t if isinstance(t, tuple) else (f"admin-{i}", t) for i, t in enumerate(tokens, 1)]
-    accepted = [(name, token.encode()) for name, token in named]
+    accepted = AdminTokens(tokens)
     admin = web.Application(middlewares=[_admin_auth(accepted)])
-    admin[route_admin.ADMIN_TOKENS] = accepted
     admin.add_routes(routes)
     admin.add_routes(route_admin.routes)
     return admin
 
 
-def _admin_auth(
-    accepted: list[tuple[str, bytes]],
-) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _admin_auth(accepted: AdminTokens) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Bearer tokens only: a console session cookie never authorizes the admin API."""
+
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.route.name == "landing":  # people: to the console
+            return await handler(request)
         if not accepted:
             raise Forbidden("the admin API is disabled: configure [admin] tokens to use it")
         token = bearer_token(request.headers.get("Authorization"))
         if not token:  # (undecodable bytes compare too: a 401)
             raise Unauthenticated("the admin API needs Authorization: Bearer <admin token>")
-        if not any(same_secret(token, t) for _, t in accepted):
+        identity = accepted.identify(token)
+        if identity is None:
             raise Unauthenticated("that is not a valid admin token")
+        if request.method not in READ_METHODS:
+            refuse_viewer(identity)
+        request[IDENTITY] = identity
         return await handler(request)
 
     return check
+
+
+@routes.get("/", name="landing")
+async def landing(request: web.Request) -> web.Response:
+    """``/admin/`` in a browser: the console (docs/console.md)."""
+    raise web.HTTPSeeOther("/admin/console/")
 
 
 def _letters(request: web.Request) -> DeadLetters:

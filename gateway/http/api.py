@@ -7,6 +7,7 @@ without ``/v1`` calls ``/predictions``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -221,15 +222,16 @@ async def get_model(request: web.Request) -> web.Response:
         raise NotFound(f"model {model!r} is not routed by this gateway")
     base = request.app[keys.SETTINGS].gateway.public_url
     owner, name = model.split("/")
-    latest = next((r for r in found if r.version), None)
+    # A version-less route is the model's latest version too (langchain-community reads
+    # latest_version.openapi_schema); its id stands for "whatever the route serves".
+    latest = next((r for r in found if r.version), found[0])
+    version_id = latest.version or _latest_id(model)
     body = Model(
         url=f"{base}/v1/models/{model}",
         owner=owner,
         name=name,
         description=f"{model}, served through cutover",
-        latest_version=(await _version(request, latest.version, latest)).model_dump()
-        if latest and latest.version
-        else None,
+        latest_version=(await _version(request, version_id, latest)).model_dump(),
     )
     return json_response(body.model_dump())
 
@@ -257,21 +259,33 @@ async def get_version(request: web.Request) -> web.Response:
 
 
 async def _version(request: web.Request, version_id: str, route: RouteSettings) -> Version:
-    """The version object; its schema is the one inputs are validated against."""
+    """The version object; its schema is the one inputs are validated against, or one
+    that says the model's schema is unknown (never an empty ``properties``)."""
     schema = await request.app[keys.SCHEMAS].document(route)
     return Version(
         id=version_id,
         created_at=wire.timestamp(request.app[keys.STARTED_AT]) or "",
         cog_version="0.23.1",
-        openapi_schema=schema or _MINIMAL_SCHEMA,
+        openapi_schema=schema or _UNKNOWN_SCHEMA,
     )
 
 
-_MINIMAL_SCHEMA: dict[str, Any] = {
+def _latest_id(model: str) -> str:
+    """The version id a version-less route reports: 64 hex digits, stable per model."""
+    return hashlib.sha256(f"cutover:latest:{model}".encode()).hexdigest()
+
+
+_UNKNOWN = (
+    "cutover does not know this model's schema: set openapi_schema on its route "
+    "(docs/validation.md); `cutover check` lists such routes"
+)
+_UNKNOWN_SCHEMA: dict[str, Any] = {
     "openapi": "3.0.2",
-    "info": {"title": "Cog", "version": "0.1.0"},
+    "info": {"title": "Cog", "version": "0.1.0", "description": _UNKNOWN},
     "paths": {},
-    "components": {"schemas": {"Input": {"type": "object", "properties": {}}, "Output": {}}},
+    "components": {"schemas": {"Input": {"type": "object", "title": "Input",
+                                         "description": _UNKNOWN},
+                               "Output": {"title": "Output", "description": _UNKNOWN}}},
 }
 
 

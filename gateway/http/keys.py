@@ -18,6 +18,7 @@ from gateway.rollout.router import Router
 from gateway.rollout.wiring import RouteServices
 from gateway.storage import Storage
 from gateway.store.jobs import JobStore
+from gateway.store.sessions import ConsoleSessions
 from gateway.validation import Schemas
 from gateway.webhooks.deadletter import DeadLetters
 
@@ -37,3 +38,4 @@ DEAD_LETTERS = web.AppKey("dead_letters", DeadLetters)
 SCHEMAS = web.AppKey("schemas", Schemas)
 ROUTES = web.AppKey("routes", RouteServices)
 UPLOADS = web.AppKey("uploads", Uploads)
+CONSOLE_SESSIONS = web.AppKey("console_sessions", ConsoleSessions)

@@ -3,7 +3,8 @@
 A route is addressed as ``/admin/routes/{owner}/{name}`` where ``{name}`` may carry the
 version (``acme/echo:5c7d...``), i.e. the route's name as written in the config.
 Every change needs a JSON body with a non-empty ``reason``; it is audited with the admin
-token's name as "who". Bad input is a problem+json 4xx and changes nothing.
+token's name as "who"; a ``viewer`` token's change is a 403 (docs/console.md). Bad input
+is a problem+json 4xx and changes nothing.
 
 ``GET  /admin/routes``                         every route and its spec
 ``GET  /admin/routes/{route}``                 spec, per-arm numbers, recent changes
@@ -12,11 +13,15 @@ token's name as "who". Bad input is a problem+json 4xx and changes nothing.
 ``POST /admin/routes/{route}/canary``          ``{"percent": 0-100, "reason": "..."}``
 ``POST /admin/routes/{route}/rollback``        ``{"reason": "..."}``
 ``POST /admin/routes/{route}/shadow``          ``{"percent": 0-100, "reason": "..."}``
+``POST /admin/routes/{route}/promote``         ``{"reason": "..."}``: candidate -> control
+``POST /admin/routes/{route}/pause-guard``     ``{"reason": "..."}`` (409: none, or paused)
+``POST /admin/routes/{route}/resume-guard``    ``{"reason": "..."}`` (409: not paused)
 ``PATCH /admin/routes/{route}``                ``{"reason": "...", <spec fields>...}``
 ``GET  /admin/routes/{route}/shadow-report?since=&format=``
     the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
     ``md`` or ``json``
-``GET  /admin/predictions/{id}``               which route, arm and provider served it
+``GET  /admin/predictions/{id}``               which route, arm and provider served it,
+                                               its error and raw output (conformance)
 """
 
 from __future__ import annotations
@@ -26,17 +31,16 @@ from typing import Any
 
 from aiohttp import web
 
-from contracts.auth import same_secret
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
 from gateway.http import keys
-from gateway.http.middleware import json_response, presented_token
+from gateway.http.admintokens import IDENTITY
+from gateway.http.middleware import json_response
 from gateway.rollout.control import RouteControl
 
-__all__ = ["ADMIN_TOKENS", "routes"]
+__all__ = ["routes"]
 
 routes = web.RouteTableDef()
-ADMIN_TOKENS = web.AppKey("admin_tokens", list[tuple[str, bytes]])  # (name, token)
 _ROUTE = "/routes/{owner}/{name}"
 MAX_LIMIT = 1000
 
@@ -51,11 +55,7 @@ def _key(request: web.Request) -> str:
 
 def _who(request: web.Request) -> str:
     """The name of the admin token the (already authenticated) request presented."""
-    presented = presented_token(request)
-    for name, accepted in request.app[ADMIN_TOKENS]:
-        if same_secret(presented, accepted):
-            return name
-    return "admin"
+    return request[IDENTITY].name
 
 
 def _limit(request: web.Request, default: int = 100) -> int:
@@ -138,6 +138,33 @@ async def rollback(request: web.Request) -> web.Response:
     return await _changed(request, entry)
 
 
+@routes.post(_ROUTE + "/promote")
+async def promote(request: web.Request) -> web.Response:
+    """The candidate becomes the control at 100 %; the route has no candidate after."""
+    body = await _body(request, takes=())
+    entry = await _control(request).promote(_key(request), who=_who(request),
+                                            reason=body["reason"])
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/pause-guard")
+async def pause_guard(request: web.Request) -> web.Response:
+    """The guard keeps counting but never rolls back, until resumed."""
+    body = await _body(request, takes=())
+    entry = await _control(request).pause_guard(_key(request), who=_who(request),
+                                                reason=body["reason"])
+    return await _changed(request, entry)
+
+
+@routes.post(_ROUTE + "/resume-guard")
+async def resume_guard(request: web.Request) -> web.Response:
+    """A paused guard acts again."""
+    body = await _body(request, takes=())
+    entry = await _control(request).resume_guard(_key(request), who=_who(request),
+                                                 reason=body["reason"])
+    return await _changed(request, entry)
+
+
 @routes.post(_ROUTE + "/shadow")
 async def set_shadow(request: web.Request) -> web.Response:
     """Set the shadow percent."""
@@ -193,6 +220,9 @@ async def prediction_owner(request: web.Request) -> web.Response:
             "provider": job.provider,
             "provider_job_id": job.provider_job_id,
             "state": job.state.value,
+            "error": job.error,
+            # the provider's output when it failed the model's Output schema (conformance)
+            "raw_output": job.raw_output,
             "shadow_of": job.shadow_of,
             "shadows": [{"id": s.id, "provider": s.provider, "state": s.state.value}
                         for s in shadows],

@@ -5,6 +5,8 @@
 ``cutover routes set-canary ROUTE PERCENT --reason T`` send PERCENT of callers to the candidate
 ``cutover routes rollback ROUTE --reason T``           canary back to 0
 ``cutover routes set-shadow ROUTE PERCENT --reason T`` shadow PERCENT of control predictions
+``cutover routes promote ROUTE --reason T``            the candidate becomes the control
+``cutover routes pause-guard|resume-guard ROUTE --reason T``  the guard stops/starts acting
 
 ``cutover shadow report --route R [--since T] [--format md|json|html] [--output FILE]``
                                                       the route's shadow-diff report
@@ -73,9 +75,15 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
         command.add_argument("route")
         command.add_argument("percent", help="0 to 100")
         command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
-    back = common(actions.add_parser("rollback", help="canary back to 0"))
-    back.add_argument("route")
-    back.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    for name, text in (
+        ("rollback", "canary back to 0"),
+        ("promote", "the candidate becomes the control at 100 %; no candidate after"),
+        ("pause-guard", "the guard keeps counting but never rolls back, until resumed"),
+        ("resume-guard", "a paused guard acts again"),
+    ):
+        command = common(actions.add_parser(name, help=text))
+        command.add_argument("route")
+        command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
     shadow = sub.add_parser("shadow", help="shadow runs: the shadow-diff report")
     shadow_actions = shadow.add_subparsers(dest="action", required=True)
     report = common(shadow_actions.add_parser("report", help="a route's shadow-diff report"))
@@ -137,7 +145,9 @@ async def _act(control: RouteControl, args: argparse.Namespace) -> int:
         elif args.action == "set-shadow":
             entry = await control.set_shadow(args.route, args.percent, who=WHO, reason=args.reason)
         else:
-            entry = await control.rollback(args.route, who=WHO, reason=args.reason)
+            act = {"rollback": control.rollback, "promote": control.promote,
+                   "pause-guard": control.pause_guard, "resume-guard": control.resume_guard}
+            entry = await act[args.action](args.route, who=WHO, reason=args.reason)
         print(f"{entry.route}: {_summary(entry.before, entry.after)} "
               f"(change #{entry.id} by {entry.who}: {entry.reason})")
     return 0
@@ -206,7 +216,8 @@ def _show(shown: dict[str, Any]) -> str:
         f"candidate   {spec['candidate'] or '-'}",
         f"canary      {_pct(spec['canary_percent'])} (caller key: {spec['caller_key']})",
         f"shadow      {_pct(spec['shadow_percent'])}",
-        f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}",
+        f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}"
+        f"{' (paused)' if spec.get('guard_paused') else ''}",
         "",
     ]
     arms: list[tuple[str, ...]] = [

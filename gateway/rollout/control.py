@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
-from contracts.errors import ContractViolation, NotFound
+from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.rollout.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
 from gateway.rollout.spec import AuditEntry, RouteSpec
@@ -114,10 +114,79 @@ class RouteControl:
         return await self.change(key, {"shadow_percent": value}, who=who, reason=reason,
                                  action="set-shadow")
 
-    async def change(
-        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = "update"
+    async def promote(self, key: str, *, who: str, reason: str) -> AuditEntry:
+        """Make the candidate the control at 100 %: the candidate becomes ``provider``,
+        the route has no candidate any more, canary and shadow go to 0; the audit keeps
+        the spec before (docs/canary.md, "Promote").
+
+        Raises
+        ------
+        Conflict
+            The route has no candidate, or its candidate changed while promoting.
+        """
+        spec = await self.spec(key)
+        if not spec.candidate:
+            raise Conflict(f"route {key!r} has no candidate to promote; its control is "
+                           f"{spec.provider!r}")
+        update = {"provider": spec.candidate, "candidate": None, "canary_percent": 0.0,
+                  "shadow_percent": 0.0}
+        return await self._guarded(key, update, who=who, reason=reason, action="promote",
+                                   still=lambda now: now.candidate == spec.candidate)
+
+    async def pause_guard(self, key: str, *, who: str, reason: str) -> AuditEntry:
+        """Stop the route's guard from rolling back (it still counts); audited.
+
+        Raises
+        ------
+        Conflict
+            The route has no guard, or it is paused already.
+        """
+        spec = await self.spec(key)
+        if spec.guard is None:
+            raise Conflict(f"route {key!r} has no guard to pause")
+        if spec.guard_paused:
+            raise Conflict(f"the guard of route {key!r} is paused already")
+        return await self._guarded(key, {"guard_paused": True}, who=who, reason=reason,
+                                   action="pause-guard", still=lambda now: not now.guard_paused)
+
+    async def resume_guard(self, key: str, *, who: str, reason: str) -> AuditEntry:
+        """Let a paused guard act again; audited (``Conflict`` when it is not paused)."""
+        spec = await self.spec(key)
+        if not spec.guard_paused:
+            raise Conflict(f"the guard of route {key!r} is not paused")
+        return await self._guarded(key, {"guard_paused": False}, who=who, reason=reason,
+                                   action="resume-guard", still=lambda now: now.guard_paused)
+
+    async def _guarded(
+        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str,
+        still: Callable[[RouteSpec], bool],
     ) -> AuditEntry:
-        """Apply ``update`` (spec fields) to route ``key``, audited.
+        """:meth:`change`, applied only while ``still`` holds in the change's transaction
+        (another change in between: ``Conflict``, nothing written)."""
+        entry = await self.change(key, update, who=who, reason=reason, action=action,
+                                  only_if=still)
+        if entry is None:
+            raise Conflict(f"route {key!r} changed meanwhile; look again and retry")
+        return entry
+
+    @overload
+    async def change(
+        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = ...,
+        only_if: None = None,
+    ) -> AuditEntry: ...
+
+    @overload
+    async def change(
+        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = ...,
+        only_if: Callable[[RouteSpec], bool],
+    ) -> AuditEntry | None: ...
+
+    async def change(
+        self, key: str, update: dict[str, Any], *, who: str, reason: str, action: str = "update",
+        only_if: Callable[[RouteSpec], bool] | None = None,
+    ) -> AuditEntry | None:
+        """Apply ``update`` (spec fields) to route ``key``, audited; with ``only_if``, only
+        while it holds for the spec in the change's transaction (else None, nothing written).
 
         Raises
         ------
@@ -141,8 +210,8 @@ class RouteControl:
         if problem := reason_problem(reason):
             raise ContractViolation(problem)
         entry = await self._book.change(key, who=who, action=action, reason=reason,
-                                        update=update)
-        assert entry is not None
+                                        update=update, only_if=only_if)
+        assert entry is not None or only_if is not None
         return entry
 
     async def spec(self, key: str) -> RouteSpec:

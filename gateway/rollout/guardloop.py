@@ -4,7 +4,8 @@ Every ``interval_s`` (5 s by default) and for every route, it reads the control 
 candidate predictions finished within the guard's window (and after the route's last
 change) and the candidate's stuck ones (not taken ``max_queue_s`` after their create),
 publishes their counts, error rates, p95 latency and the stuck count as gauges, and —
-when the route has a guard and its canary is above 0 — judges them
+when the route has a guard, not paused (``cutover routes pause-guard``), and its canary
+is above 0 — judges them
 (:func:`gateway.rollout.guard.evaluate`, plus the shadow contract-break rate from
 ``pair_stats``). A breach sets the canary to 0
 in one guarded, audited change (who ``guard``, the reason, the samples), logs
@@ -107,8 +108,9 @@ class Guard(Loop):
         stuck = await stuck_span(self._book, key, spec, now)
         control, candidate = await arm_stats(self._book, key, since, stuck)
         self._publish(key, spec, control, candidate)
-        if spec.guard is None or spec.canary_percent <= 0 or not spec.candidate:
-            return 0
+        if (spec.guard is None or spec.guard_paused or spec.canary_percent <= 0
+                or not spec.candidate):
+            return 0  # paused: counted and published above, never acted on
         pairs = None
         if self._pair_stats is not None and spec.guard.max_contract_break_rate is not None:
             pairs = await self._pair_stats(key, spec, since)
@@ -125,7 +127,7 @@ class Guard(Loop):
             reason=breach.reason,  # who is already "guard"
             update={"canary_percent": 0.0},
             evidence=breach.evidence,
-            only_if=lambda current: current.canary_percent > 0,
+            only_if=lambda current: current.canary_percent > 0 and not current.guard_paused,
         )
         if entry is None:
             return 0

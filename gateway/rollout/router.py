@@ -62,6 +62,15 @@ class Routed:
         return route_key(self.route.model, self.route.version)
 
 
+def _target(route: RouteSettings, provider: str) -> str | None:
+    """The provider's own name for the route's model: ``target`` belongs to the file's
+    ``provider``, ``candidate_target`` to its ``candidate``, whichever arm each serves now
+    (after a promote the candidate is the control, docs/canary.md "Promote")."""
+    if provider == route.provider:
+        return route.target
+    return route.candidate_target if provider == route.candidate else None
+
+
 class Router:
     """Resolves create requests against the configured routes."""
 
@@ -118,7 +127,7 @@ class Router:
             version=version,
             deployment=request.deployment,
             provider=provider,
-            target=route.target if provider == spec.provider else route.candidate_target,
+            target=_target(route, provider),
             arm=arm,
             spec=spec,
         )

@@ -36,7 +36,8 @@ class RouteSettings(_Section):
     ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
     share of new predictions to the candidate instead. ``openapi_schema`` is the model's
     schema (docs/validation.md): inline, a path to a JSON file, or ``"provider"`` to read
-    it once from the provider (a built Cog image's ``/openapi.json``). ``priority``
+    it once from the provider (a built Cog image's ``/openapi.json``); undeclared input
+    fields are dropped, or refused (422) with ``strict_inputs``. ``priority``
     (-100..100, default 0): when a provider is at capacity, waiting jobs of higher-priority
     routes go first (docs/limits.md).
     ``target`` is the control provider's own name for the model (a fal app id, a RunPod
@@ -61,6 +62,7 @@ class RouteSettings(_Section):
     candidate: str | None = None
     canary_percent: float = Field(default=0.0, ge=0.0, le=100.0)
     openapi_schema: dict[str, Any] | str | None = None
+    strict_inputs: bool = False
     priority: int = Field(default=0, ge=-100, le=100)
     shadow_percent: float = Field(default=0.0, ge=0.0, le=100.0)
     baseline_percent: float = Field(default=20.0, ge=0.0, le=100.0)

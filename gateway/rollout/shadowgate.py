@@ -148,6 +148,7 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         route=new.route,
         provider=spec.candidate if arm == "shadow" else spec.provider,
         input=new.input,
+        logs=new.logs,
         callback_token=ids.callback_token(),
         deadline=new.deadline,
         created_at=new.created_at,

@@ -143,6 +143,8 @@ class RouteSpec(_Frozen):
     shadow_policy: ShadowPolicy | None = None
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+    #: Set live only (``cutover routes pause-guard``): the guard still counts, never acts.
+    guard_paused: bool = False
 
     @field_validator("caller_key", mode="before")
     @classmethod
@@ -160,8 +162,12 @@ class RouteSpec(_Frozen):
         return self
 
     def stored(self) -> dict[str, Any]:
-        """The JSON form kept in the store (``caller_key`` as its text form)."""
-        data = self.model_dump(mode="json", exclude={"caller_key"})
+        """The JSON form kept in the store (``caller_key`` as its text form;
+        ``guard_paused`` only while true, so a spec stored before it existed, and its
+        config digest, read the same)."""
+        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused"})
+        if self.guard_paused:
+            data["guard_paused"] = True
         return {**data, "caller_key": str(self.caller_key)}
 
 

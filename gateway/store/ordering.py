@@ -76,6 +76,8 @@ def outcome_values(old: Job, outcome: Outcome, now: datetime) -> dict[str, Any]:
         # Failed and canceled jobs keep no output: only copied files are owned.
         "output": outcome.output if outcome.state is JobState.COMPLETED else None,
     }
+    if outcome.raw_output is not None:
+        values["raw_output"] = outcome.raw_output
     if outcome.logs is not None:
         values["logs"] = storable_text(outcome.logs)
     if old.started_at is None and outcome.state is JobState.COMPLETED:

@@ -55,6 +55,7 @@ class NewJob:
     priority: int = 0  # the route's: higher is dispatched first
     arm: str = "control"
     shadow_of: str | None = None
+    logs: str | None = None  # the input note (gateway.validation.CheckedInput.note)
 
 
 def new_row(new: NewJob, now: datetime) -> dict[str, Any]:
@@ -105,6 +106,8 @@ class Outcome:
     #: The provider's id for the job, stored when the job has none yet (its terminal
     #: webhook overtook a submit that was never recorded: docs/lifecycle.md).
     provider_job_id: str | None = None
+    #: The provider's output of a job failed by its output check, kept for operators.
+    raw_output: Any = None
 
 
 def storable_text(value: str | None) -> str | None:

@@ -88,7 +88,7 @@ class RetentionStore:
             done = await conn.execute(
                 jobs.update()
                 .where(jobs.c.id == job_id, jobs.c.data_removed.is_(False))
-                .values(input={}, output=None, logs=None, data_removed=True)
+                .values(input={}, output=None, raw_output=None, logs=None, data_removed=True)
             )
             if done.rowcount == 0:
                 return False

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Dialect
 
 __all__ = [
     "assets",
+    "console_sessions",
     "endpoints",
     "files",
     "jobs",
@@ -75,6 +76,8 @@ jobs = sa.Table(
     sa.Column("target", sa.String(255)),
     sa.Column("input", sa.JSON, nullable=False),
     sa.Column("output", sa.JSON),
+    # A failed output check's provider output, for operators (gateway/conformance.py).
+    sa.Column("raw_output", sa.JSON),
     sa.Column("logs", sa.Text),
     sa.Column("error", sa.Text),
     sa.Column("metrics", sa.JSON),
@@ -235,4 +238,18 @@ shadow_comparisons = sa.Table(
     sa.Column("comparison", sa.JSON, nullable=False),
     sa.Index("ix_shadow_comparisons_route_kind_created_at", "route", "kind", "created_at"),
     sa.Index("ix_shadow_comparisons_primary_id", "primary_id"),
+)
+
+# A console sign-in (docs/console.md, "Sessions"): the SHA-256 of the opaque session id
+# the browser holds (never the id, never the admin token: only its digest), the CSRF
+# token its forms carry, and its idle and absolute ends. Signing out deletes the row.
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(64), primary_key=True),
+    sa.Column("token_digest", sa.String(64), nullable=False),
+    sa.Column("csrf_token", sa.String(64), nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("seen_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
 )

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from contracts.job import JobState
 from gateway.store.schema import jobs
 from tests.support.cog_server import CogServer
 from tests.support.fixtures import ECHO_OPENAPI_SCHEMA, cog_server_with_schema  # noqa: F401
@@ -33,7 +34,7 @@ async def job_count(gateway: GatewayHarness) -> int:
         ({"prompt": "x", "steps": 5000}, "input.steps"),
         ({"prompt": "x", "output_kind": "video"}, "input.output_kind"),
         ({"steps": 1}, "input.prompt"),
-        ({"prompt": "x", "colour": "red"}, "input.colour"),
+        ({"prompt": 1, "stream": True}, "input.prompt"),
     ],
 )
 async def test_bad_input_is_422_with_no_row_and_no_call(
@@ -49,6 +50,32 @@ async def test_bad_input_is_422_with_no_row_and_no_call(
     await gateway.settle()
     assert await job_count(gateway) == 0
     assert gateway.fake.submitted == []
+
+
+async def test_undeclared_inputs_are_dropped_and_named_in_the_logs(make_gateway: Any) -> None:
+    gateway = await make_gateway(routes=routes(ECHO_OPENAPI_SCHEMA))
+    created = await gateway.create(
+        {"version": VERSION, "input": {"prompt": "ok", "stream": True, "max_length": 64}}
+    )
+    assert created["logs"] == "Stripped unknown input fields: max_length, stream\n"
+    await gateway.settle()
+    assert [r.input for r in gateway.fake.submitted] == [{"prompt": "ok"}]
+    await gateway.deliver(created["id"], JobState.COMPLETED, output="OK", logs="step 1/1\n")
+    await gateway.settle()
+    got = await gateway.get(created["id"])
+    assert got["status"] == "succeeded"
+    assert got["logs"] == "Stripped unknown input fields: max_length, stream\nstep 1/1\n"
+
+
+async def test_strict_inputs_refuse_undeclared_fields(make_gateway: Any) -> None:
+    gateway = await make_gateway(routes=[{**routes(ECHO_OPENAPI_SCHEMA)[0], "strict_inputs": True}])
+    response = await gateway.client.post(
+        "/v1/predictions", json={"version": VERSION, "input": {"prompt": "x", "stream": True}},
+        headers=gateway.headers,
+    )
+    assert response.status == 422
+    assert "input.stream: is not an input of this model" in (await response.json())["detail"]
+    assert await job_count(gateway) == 0
 
 
 async def test_good_input_runs(make_gateway: Any) -> None:

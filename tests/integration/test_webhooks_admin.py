@@ -80,13 +80,16 @@ async def test_admin_without_a_trailing_slash_is_the_admin_api(
     admin_gateway: GatewayHarness,
 ) -> None:
     """``/admin`` itself is checked against the admin tokens, not the API tokens: the
-    admin token is not refused there as an unknown API token."""
+    admin token is not refused there as an unknown API token. ``/admin/`` is the
+    console's door (docs/console.md): a redirect to it, whoever asks."""
     client = admin_gateway.client
-    for path in ("/admin", "/admin/"):
-        response = await client.get(path, headers=ADMIN)
-        assert response.status != 401, (path, await response.text())
-        refused = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
-        assert refused.status == 401, path
+    response = await client.get("/admin", headers=ADMIN)
+    assert response.status != 401, await response.text()
+    refused = await client.get("/admin", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert refused.status == 401
+    for headers in (ADMIN, {"Authorization": f"Bearer {TOKEN}"}, {}):
+        landing = await client.get("/admin/", headers=headers, allow_redirects=False)
+        assert (landing.status, landing.headers["Location"]) == (303, "/admin/console/")
     # a path that only begins like the admin prefix still needs an API token
     assert (await client.get("/administrator", headers=ADMIN)).status == 401
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 
 from contracts.errors import ConfigurationError
-from gateway.validation import InputInvalid, InputValidator, load_schema
+from gateway.validation import InputInvalid, InputValidator, load_schema, noted_logs
 from tests.support.fixtures import ECHO_OPENAPI_SCHEMA
 
 # What Cog writes for `choices`: the enum lives in its own schema, reached by allOf/$ref.
@@ -37,7 +38,6 @@ COG_CHOICES = {
         ({"prompt": "x", "steps": 2000}, "input.steps: 2000 is greater than the maximum of 1000"),
         ({"prompt": "x", "output_kind": "gif"}, "input.output_kind: 'gif' is not one of"),
         ({}, "input.prompt: is required"),
-        ({"prompt": "x", "colour": "red"}, "input.colour: is not an input of this model"),
     ],
 )
 def test_bad_inputs_name_the_field(value: dict, named: str) -> None:
@@ -48,7 +48,43 @@ def test_bad_inputs_name_the_field(value: dict, named: str) -> None:
 
 
 def test_good_input_passes() -> None:
-    InputValidator(ECHO_OPENAPI_SCHEMA).check({"prompt": "hi", "steps": 3})
+    checked = InputValidator(ECHO_OPENAPI_SCHEMA).check({"prompt": "hi", "steps": 3})
+    assert checked.input == {"prompt": "hi", "steps": 3} and checked.note is None
+
+
+def test_undeclared_fields_are_dropped_and_named() -> None:
+    checked = InputValidator(ECHO_OPENAPI_SCHEMA).check(
+        {"prompt": "hi", "stream": True, "max_length": 64}
+    )
+    assert checked.input == {"prompt": "hi"}
+    assert checked.dropped == ("max_length", "stream")
+    assert checked.note == "Stripped unknown input fields: max_length, stream\n"
+
+
+def test_a_dropped_field_does_not_excuse_a_wrong_type() -> None:
+    with pytest.raises(InputInvalid, match=r"input\.steps: 'x' is not of type 'integer'"):
+        InputValidator(ECHO_OPENAPI_SCHEMA).check({"prompt": "hi", "steps": "x", "stream": 1})
+
+
+def test_strict_inputs_refuse_undeclared_fields() -> None:
+    with pytest.raises(InputInvalid) as caught:
+        InputValidator(ECHO_OPENAPI_SCHEMA).check({"prompt": "x", "colour": "red"}, strict=True)
+    assert "input.colour: is not an input of this model" in caught.value.detail
+
+
+def test_a_schema_allowing_more_fields_keeps_them() -> None:
+    document = copy.deepcopy(ECHO_OPENAPI_SCHEMA)
+    document["components"]["schemas"]["Input"]["additionalProperties"] = True
+    checked = InputValidator(document).check({"prompt": "x", "extra": 1}, strict=True)
+    assert checked.input == {"prompt": "x", "extra": 1} and checked.dropped == ()
+
+
+def test_the_note_stays_first_in_the_provider_logs() -> None:
+    note = "Stripped unknown input fields: stream\n"
+    assert noted_logs(note, "step 1/2\n") == note + "step 1/2\n"
+    assert noted_logs(note + "step 1/2\n", note + "step 1/2\n") == note + "step 1/2\n"
+    assert noted_logs(note, None) is None
+    assert noted_logs("step 1\n", "step 2\n") == "step 2\n"
 
 
 def test_cog_choices_by_reference() -> None:
@@ -60,7 +96,7 @@ def test_cog_choices_by_reference() -> None:
 
 def test_several_problems_are_all_reported() -> None:
     with pytest.raises(InputInvalid) as caught:
-        InputValidator(ECHO_OPENAPI_SCHEMA).check({"steps": -1, "extra": 1})
+        InputValidator(ECHO_OPENAPI_SCHEMA).check({"steps": -1, "extra": 1}, strict=True)
     detail = caught.value.detail
     assert "input.prompt" in detail and "input.steps" in detail and "input.extra" in detail
 

@@ -33,6 +33,7 @@ __all__ = [
     "head_revision",
     "is_sqlite",
     "migrate",
+    "missing_file",
     "unreachable",
 ]
 
@@ -55,6 +56,16 @@ job's lease (docs/reliability.md, "Dependency outages")."""
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # connection exceptions (08), shutdown or crash (57P01-57P03), too many connections (53300).
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
+def missing_file(database_url: str) -> Path | None:
+    """The SQLite file ``database_url`` names when it does not exist yet (opening it
+    would create it); None when it exists, or for PostgreSQL."""
+    url = make_url(database_url)
+    if url.drivername != "sqlite+aiosqlite" or not url.database:
+        return None
+    path = Path(url.database).expanduser()
+    return None if path.exists() else path
 
 
 def is_sqlite(engine: Engine) -> bool:

@@ -1,6 +1,6 @@
 -- The SQLite schema the alembic migrations build, rendered by
 -- `python -m gateway.store.engine.freshdb`. Do not edit.
--- alembic revision: 0006
+-- alembic revision: 0008
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -39,7 +39,7 @@ CREATE TABLE jobs (
 	lease_owner VARCHAR(64), 
 	leased_until DATETIME, 
 	stream BOOLEAN DEFAULT 0 NOT NULL, 
-	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), 
+	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), raw_output JSON, 
 	CONSTRAINT pk_jobs PRIMARY KEY (id), 
 	CONSTRAINT uq_jobs_idempotency_key UNIQUE (idempotency_key)
 );
@@ -185,4 +185,14 @@ CREATE INDEX ix_shadow_comparisons_route_kind_created_at ON shadow_comparisons (
 
 CREATE INDEX ix_shadow_comparisons_primary_id ON shadow_comparisons (primary_id);
 
-INSERT INTO alembic_version (version_num) VALUES ('0006');
+CREATE TABLE console_sessions (
+	id_hash VARCHAR(64) NOT NULL, 
+	token_digest VARCHAR(64) NOT NULL, 
+	csrf_token VARCHAR(64) NOT NULL, 
+	created_at DATETIME NOT NULL, 
+	seen_at DATETIME NOT NULL, 
+	expires_at DATETIME NOT NULL, 
+	CONSTRAINT pk_console_sessions PRIMARY KEY (id_hash)
+);
+
+INSERT INTO alembic_version (version_num) VALUES ('0008');

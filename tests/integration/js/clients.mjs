@@ -28,6 +28,19 @@ async function upload() {
   return { output };
 }
 
-const scenarios = { stream, upload };
+// run(): the output as the app gets it; a FileOutput is shown as {file: its URL, bytes}.
+async function run() {
+  const shown = async (value) => {
+    if (value && typeof value.url === "function" && typeof value.blob === "function") {
+      return { file: String(value.url()), text: await (await value.blob()).text() };
+    }
+    if (Array.isArray(value)) return Promise.all(value.map(shown));
+    return value;
+  };
+  const output = await replicate.run(model, { input: JSON.parse(process.argv[3]) });
+  return { output: await shown(output) };
+}
+
+const scenarios = { stream, upload, run };
 const result = await scenarios[process.argv[2]]();
 console.log(JSON.stringify({ ...result, calls }));

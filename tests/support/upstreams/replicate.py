@@ -33,6 +33,8 @@ class FakeReplicate(FakeUpstream):
     def __init__(self, **kwargs: Any) -> None:
         self.secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
         self.created_by: list[str] = []  # "version:<id>", "model:<o/n>", "deployment:<o/n>"
+        #: ``owner/name`` -> (version id, its openapi_schema), served by the models API.
+        self.versions: dict[str, tuple[str, dict[str, Any]]] = {}
         super().__init__(**kwargs)
 
     def routes(self, router: web.UrlDispatcher) -> None:
@@ -43,6 +45,28 @@ class FakeReplicate(FakeUpstream):
         router.add_post("/v1/predictions/{id}/cancel", self._cancel)
         router.add_get("/v1/webhooks/default/secret", self._secret)
         router.add_post("/v1/files", self._upload)
+        router.add_get("/v1/models/{owner}/{name}", self._model)
+        router.add_get("/v1/models/{owner}/{name}/versions/{version}", self._version)
+
+    def _version_body(self, request: web.Request) -> dict[str, Any] | None:
+        found = self.versions.get(f"{request.match_info['owner']}/{request.match_info['name']}")
+        if found is None:
+            return None
+        return {"id": found[0], "created_at": "2026-01-01T00:00:00Z", "cog_version": "0.23.1",
+                "openapi_schema": found[1]}
+
+    async def _model(self, request: web.Request) -> web.Response:
+        version = self._version_body(request)
+        if version is None:
+            return web.json_response({"detail": "Not found."}, status=404)
+        return web.json_response({"owner": request.match_info["owner"],
+                                  "name": request.match_info["name"], "latest_version": version})
+
+    async def _version(self, request: web.Request) -> web.Response:
+        version = self._version_body(request)
+        if version is None or version["id"] != request.match_info["version"]:
+            return web.json_response({"detail": "Not found."}, status=404)
+        return web.json_response(version)
 
     def prediction(self, job: UpJob) -> dict[str, Any]:
         return {
