@@ -155,5 +155,6 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         priority=SHADOW_PRIORITY,
         arm=arm,
         shadow_of=new.id,
+        tenant=new.tenant,
     )
 

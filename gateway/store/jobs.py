@@ -215,13 +215,11 @@ class JobStore(Claims):
         after: tuple[datetime, str] | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        tenant: str | None = None,
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest first.
-
-        ``before``: only jobs strictly older than this ``(created_at, id)`` position;
-        ``after``: only jobs strictly newer, the ``limit`` closest to it (still returned
-        newest first).
-        """
+        """Up to ``limit`` jobs, newest first. ``before``: only jobs strictly older than
+        this ``(created_at, id)`` position; ``after``: only jobs strictly newer, the
+        ``limit`` closest to it (still returned newest first); ``tenant``: only its."""
         if after is not None:
             at, job_id = after
             query = (
@@ -251,6 +249,7 @@ class JobStore(Claims):
             query = query.where(jobs.c.created_at > created_after)
         if created_before is not None:
             query = query.where(jobs.c.created_at < created_before)
+        query = query if tenant is None else query.where(jobs.c.tenant == tenant)
         async with self._engine.connect() as conn:
             found = [_job(row) for row in await conn.execute(query)]
         return found[::-1] if after is not None else found
