@@ -32,6 +32,8 @@ from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.tls import ServerTLS, make_tls
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 SUBMIT_TIMEOUT_S = 5.0
 
 
