@@ -1,8 +1,11 @@
 # cutover: everyday commands. Every target builds .venv first when it is missing or older
 # than pyproject.toml, so a fresh clone needs only `python3` (3.11+) and `make`.
 #
-#   make test    ruff, import-linter, mypy, pytest (PYTEST_ARGS="-k foo -x" to narrow it)
+#   make test    ruff, import-linter, mypy, then every test tier on 2 workers (pytest-xdist;
+#                PYTEST_ARGS="-k foo -x" to narrow it, PYTEST_WORKERS=0 for one process)
+#   make check   the fast loop before each commit: lint, then the unit tier (under 90 s)
 #   make lint    ruff, import-linter and mypy only
+#   make test-every-backend   every test on SQLite and on PostgreSQL (the nightly run)
 #   make soak    500 predictions under injected faults, both backends (minutes)
 #   make demo    the real replicate client -> cutover (HTTPS) -> a real Cog server
 #   make demo-migration  a route moved between two real Cog servers: shadow, report,
@@ -22,6 +25,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): one per core; a file's tests stay on one worker, so a
+# module's fixtures (a gateway process, a Cog server) start once (docs/testing.md).
+PYTEST_WORKERS ?= auto
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 CHAOS_ARGS ?= --predictions 1000
 
 # The venv's tools come first: the Cog server's worker finds `python` on PATH.
@@ -29,7 +36,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONHOME
 
-.PHONY: venv test lint pytest soak demo demo-migration demo-translation bench chaos clean distclean
+.PHONY: venv test check lint pytest test-every-backend soak demo demo-migration demo-translation \
+  bench chaos clean distclean
 
 venv: $(STAMP)
 
@@ -53,10 +61,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	@echo "== pytest"
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@echo "== pytest (every tier: unit, integration, acceptance, soak)"
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test: lint pytest
+
+check: lint
+	@echo "== pytest -m unit"
+	$(BIN)/python -m pytest $(XDIST) -m unit -q $(PYTEST_ARGS)
+
+# Every test on every backend, not only those marked every_backend (minutes more).
+test-every-backend: $(STAMP)
+	CUTOVER_TEST_EVERY_BACKEND=1 $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # 500 predictions under injected store and adapter faults, on every backend (minutes).
 soak: $(STAMP)

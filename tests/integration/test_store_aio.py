@@ -16,6 +16,8 @@ import sqlalchemy as sa
 
 from gateway.store.engine import aio, db, errors
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[aio.Engine]:

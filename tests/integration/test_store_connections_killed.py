@@ -24,6 +24,8 @@ from tests.support.databases import PG_ADMIN_DSN
 from tests.support.gateway import VERSION
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 async def _terminate(database: str, but: asyncpg.Connection | None = None) -> list[int]:
     """Terminate the connections to ``database`` (not ``but``'s); their server pids."""
