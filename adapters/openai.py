@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
+from adapters import errortext, openai_schema, transport
 from adapters import openai_mapping as mapping
-from adapters import openai_schema, transport
 from contracts.errors import (
     CapabilityMissing,
     UpstreamRejected,
@@ -129,6 +129,7 @@ class OpenAIAdapter:
         self.capabilities = Capabilities(
             webhooks=False, fetch=True, cancel=True, lost_grace_s=grace,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
+            input_map=mapping.DEFAULT_MAPS.get(api),
         )
         if api not in mapping.API_PATHS:
             raise ValueError(f"api must be one of {sorted(mapping.API_PATHS)}, got {api!r}")
@@ -158,13 +159,14 @@ class OpenAIAdapter:
     async def submit(self, request: SubmitRequest) -> ProviderSnapshot:
         """Start holding the call; ``RUNNING`` at once (a retried submit: its state).
 
-        Raises ``UpstreamRejected`` when the input does not map (no ``prompt``...).
+        ``request.input`` is the request body as mapped (the default map,
+        :data:`adapters.openai_mapping.DEFAULT_MAPS`, refuses an input without ``prompt``).
         """
         self._purge()
         pid = f"{self._instance}-{request.job_id}"
         if pid not in self._calls:
             model = request.target or request.model
-            body = mapping.build_request(self._api, model, request.input, self._stream)
+            body = mapping.build_request(model, request.input, self._stream)
             call = _Call()
             call.task = asyncio.create_task(self._hold(call, body), name=f"openai:{pid}")
             self._calls[pid] = call
@@ -285,7 +287,9 @@ class OpenAIAdapter:
                     self._read_whole(call, response)
                     return
                 if not await self._read_events(call, response):
-                    raise _Failed(f"{self.name}: the stream ended before [DONE]")
+                    raise _Failed(
+                        f"{self.name}: the stream ended before [DONE] or a finish_reason"
+                    )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise _Retry(f"{self.name}: cannot connect ({type(exc).__name__})", None,
                          unsent=True) from exc
@@ -297,28 +301,50 @@ class OpenAIAdapter:
         call.output = list(call.chunks)
 
     async def _read_events(self, call: _Call, response: httpx.Response) -> bool:
-        """Apply each ``data:`` event; True when the stream ended with ``[DONE]``."""
+        """Apply each ``data:`` event; True when the stream is complete: it ended with
+        ``[DONE]``, or at EOF after a chunk that carried a ``finish_reason`` (TGI sends no
+        ``[DONE]``). An in-band error (a ``data: {"error": ...}`` event, an ``event:
+        error``, llama.cpp's ``error:`` field) raises ``_Failed`` with its message."""
+        finished, event = False, ""
         async for line in response.aiter_lines():
-            if not line.startswith("data:"):
+            if not line:
+                event = ""
                 continue
-            data = line[5:].strip()
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
+            field = "error" if line.startswith("error:") else "data"
+            if not line.startswith(field + ":"):
+                continue
+            data = line[len(field) + 1 :].strip()
             if data == "[DONE]":
                 return True
             try:
                 chunk = json.loads(data)
             except ValueError:
+                if field == "error" or event == "error":
+                    raise _Failed(self._in_band(data)) from None
                 raise _Failed(
                     f"{self.name}: a streamed event is not JSON: {transport.excerpt(data)}"
                 ) from None
+            if field == "error" or event == "error" or mapping.stream_error(chunk) is not None:
+                raise _Failed(self._in_band(mapping.stream_error(chunk) or chunk))
             text = mapping.delta_of(self._api, chunk)
             if text:
                 call.chunks.append(text)
                 call.output = list(call.chunks)
             call.metrics.update(mapping.usage_metrics(chunk))
             reason = mapping.finish_reason(chunk)
+            finished = finished or reason is not None
             if reason and reason != "stop":
                 call.logs.append(f"finish_reason: {reason}")
-        return False
+        return finished
+
+    def _in_band(self, error: Any) -> str:
+        return errortext.one_line(
+            f"{self.name}: the server reported an error in the stream: "
+            f"{mapping.error_text(error)}"
+        )
 
     def _check(self, response: httpx.Response) -> None:
         code = response.status_code

@@ -1,14 +1,28 @@
 """The one parser of ``Authorization`` headers (docs/replicate-api.md §1: ``Bearer
 <token>``, or the legacy ``Token <token>``; docs/cog.md: Cog's webhooks carry ``Bearer
 <token>``). Pure text in, text out; :func:`same_secret` is the one constant-time compare
-of a presented token, capability or signature with the expected one (docs/security.md)."""
+of a presented token, capability or signature with the expected one (docs/security.md).
+
+A token belongs to one tenant (docs/security.md): the tokens of ``[gateway] api_tokens``
+to :data:`DEFAULT_TENANT`, those of a ``[[tenants]]`` entry to that entry's name."""
 
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Collection
 
-__all__ = ["bearer_token", "credentials", "same_secret"]
+__all__ = [
+    "DEFAULT_TENANT", "TENANT_CHARS", "TENANT_NAME_RE", "bearer_token", "credentials",
+    "same_secret",
+]
+
+DEFAULT_TENANT = "default"
+"""The tenant of ``[gateway] api_tokens``, and of every prediction stored before tenants."""
+TENANT_CHARS = 32
+"""The longest tenant name (``jobs.tenant`` holds it)."""
+TENANT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+"""A tenant name: lower-case letters, digits, ``_`` and ``-``, starting with a letter or digit."""
 
 
 def same_secret(presented: str | bytes, expected: str | bytes) -> bool:

@@ -134,6 +134,8 @@ class Job(BaseModel):
     data_removed: bool = False
     stream: bool = False
     owner: str | None = None  # the name of the API token that created it
+    tenant: str = "default"  # the tenant of that token (contracts.auth.DEFAULT_TENANT)
     priority: int = 0
     arm: str = "control"
     shadow_of: str | None = None
+    adopted: bool = False  # started at the legacy provider, adopted on first sight

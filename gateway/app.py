@@ -21,9 +21,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from contracts.auth import DEFAULT_TENANT
 from gateway import assembly, collector, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.config import Settings
+from gateway.config import tenants as tenancy
 from gateway.dispatcher import Dispatcher
 from gateway.files.inputs import InputStager
 from gateway.files.outputs import OutputCopier
@@ -42,7 +44,7 @@ from gateway.http import (
     streams,
     uploads,
 )
-from gateway.http.middleware import ApiTokens
+from gateway.http.middleware import ApiTokens, scope_of
 from gateway.http.ratelimit import Limiter
 from gateway.intake import EventProcessor, Intake
 from gateway.loop import Loop, NextDue
@@ -53,7 +55,7 @@ from gateway.predictions import PredictionService
 from gateway.providers import Provider, build_adapter, credential
 from gateway.reaper import Reaper, next_work
 from gateway.rollout.router import Router
-from gateway.store import lease, secrets
+from gateway.store import lease
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
@@ -67,10 +69,10 @@ from gateway.store.reader import JobReader
 from gateway.store.retention import RetentionStore
 from gateway.validation import Schemas
 from gateway.watch import Watcher
-from gateway.webhooks import delivery, post, signing, ssrf
+from gateway.webhooks import delivery, post, ssrf
 from gateway.webhooks.deadletter import DeadLetters
 
-__all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve", "signing_secret"]
+__all__ = ["LOOPS", "WEBHOOK_POLICY", "create_app", "serve"]
 
 log = logging.getLogger(__name__)
 LOOPS = web.AppKey("loops", list[Loop])
@@ -80,7 +82,6 @@ _WEBHOOK_HTTP = web.AppKey("webhook_http", aiohttp.ClientSession)
 _ENGINE = web.AppKey("engine", db.Engine)
 _EVENTS = web.AppKey("events", ProviderEvents)
 SHUTDOWN_GRACE_S = 5.0
-SIGNING_SECRET_NAME = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
 
 def create_app(
@@ -102,11 +103,12 @@ def create_app(
         limits = settings.limits
         per_minute = {"create": limits.creates_per_minute, "other": limits.other_per_minute}
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
-    tokens = ApiTokens(assembly.api_tokens(settings))
+    tokens = ApiTokens(tenancy.api_tokens(settings), tenancy.token_tenants(settings))
     front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
-    app[keys.SETTINGS] = settings
+    app[keys.SETTINGS], app[keys.EDGE] = settings, keys.Edge.of(settings)
+    app[keys.FILE_OWNERS] = tenancy.file_owners(settings, scope_of)
     app[keys.CLOCK] = clock
     app[keys.STARTED_AT] = clock.now()
     app[keys.NOTIFIER] = Notifier()
@@ -170,25 +172,13 @@ async def _database(app: web.Application) -> AsyncIterator[None]:
     try:
         await db.migrate(engine)
         app[_ENGINE] = engine
-        app[keys.SIGNING_SECRET] = await signing_secret(engine, settings, app[keys.CLOCK])
+        found = await assembly.signing_secrets(engine, settings, app[keys.CLOCK])
+        app[keys.SIGNING_SECRET], app[keys.TENANT_SECRETS] = found[DEFAULT_TENANT], found
         app[keys.DEAD_LETTERS] = DeadLetters(DeadLetterRows(engine, clock=app[keys.CLOCK]))
         yield
     finally:
         await engine.dispose()
         await checkpoint.close(engine)
-
-
-async def signing_secret(engine: db.Engine, settings: Settings, clock: Clock) -> str:
-    """The ``whsec_`` key outbound webhooks are signed with.
-
-    The configured ``[webhooks] signing_secret`` wins; otherwise one is generated once
-    and kept in the store, so every gateway process sharing it signs alike.
-    """
-    if settings.webhooks.signing_secret is not None:
-        return settings.webhooks.signing_secret.get_secret_value()
-    return await secrets.get_or_create(
-        engine, SIGNING_SECRET_NAME, signing.generate_secret, clock=clock
-    )
 
 
 async def _providers(app: web.Application) -> AsyncIterator[None]:
@@ -222,6 +212,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             base_url=gw.public_url,
             throttle_s=settings.webhooks.throttle_s,
             stream_secret=app[keys.SIGNING_SECRET],
+            stream_secrets=app[keys.TENANT_SECRETS],
             handoff=handoff,
         ),
         owner=owner,
@@ -248,7 +239,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
-            metrics=app[keys.METRICS],
+            metrics=app[keys.METRICS], translator=assembly.translator(app),
             contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
@@ -261,15 +252,17 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             reader=reader,
             schemas=app[keys.SCHEMAS],
             stream_secret=app[keys.SIGNING_SECRET],
+            stream_secrets=app[keys.TENANT_SECRETS],
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
+            adopter=assembly.adopter(app, app[_ENGINE], app[_FINALIZER]),
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),
             storage=app[keys.STORAGE],
             public_url=gw.public_url,
             provider_base_url=gw.webhook_base_url,
-            secret=app[keys.SIGNING_SECRET],
+            secret=assembly.download_key(app[keys.SIGNING_SECRET]),
             ttl_s=settings.files.ttl_s,
             max_bytes=settings.files.max_bytes,
             download_ttl_s=settings.files.download_ttl_s,
@@ -280,7 +273,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             events=app[_EVENTS],
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
-            clock=clock,
+            clock=clock, finalizer=app[_FINALIZER],
         )
         yield
 
@@ -311,6 +304,7 @@ def build_loops(app: web.Application) -> list[Loop]:
     loops: list[Loop] = [
         Dispatcher(
             **common, callback_base_url=base, resolve_input=app[files.FILES].resolve_input,
+            translator=assembly.translator(app),
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,
@@ -360,7 +354,8 @@ def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:
     sender = delivery.Delivery(
         queue=queue,
         http=app[_WEBHOOK_HTTP],
-        signer=assembly.webhook_signer(app[keys.SIGNING_SECRET], hooks),
+        signer=assembly.signers(  # the store is made after its deliverer
+            app[keys.TENANT_SECRETS], settings, lambda job_id: app[keys.STORE].get(job_id)),
         schedule=retry.Schedule(
             tuple(hooks.retry_delays_s),
             jitter_ratio=hooks.retry_jitter_ratio,

@@ -1,39 +1,50 @@
 """Pieces the app factory (:mod:`gateway.app`) assembles for the gateway's outer surface:
-API token names, owned storage from its settings, and the reader of providers' model
-schemas. No I/O here; each piece does its own when used."""
+owned storage from its settings, the reader of providers' model schemas, and each
+tenant's secrets (docs/security.md): ``default`` signs with the gateway's secret
+(``[webhooks] signing_secret``, else one kept in the store), another tenant with its
+``webhook_signing_secret``, else one generated once and kept in the store under
+``webhook_signing_secret:<name>``; signed file downloads use :func:`download_key`, which
+no tenant is given. Only :func:`open_routes` and :func:`signing_secrets` do I/O."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, CutoverError
+from contracts.job import Job
+from gateway.adoption import Adopter, LegacyLookup
+from gateway.clock import Clock
 from gateway.config import Settings, WebhookSettings
+from gateway.config.tenants import SECRET_ROW_PREFIX
 from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
+from gateway.finalizer import Finalizer
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
 from gateway.rollout import wiring as routewiring
 from gateway.storage import Storage, open_storage
+from gateway.store import secrets
+from gateway.store.engine.aio import Engine
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
 from gateway.store.sessions import ConsoleSessions
+from gateway.translator import Translator
 from gateway.validation import Schemas
 from gateway.webhooks import signing
+from gateway.webhooks.signers import TenantSigners
 
 __all__ = [
-    "api_tokens", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
-    "storage_for", "uploads", "webhook_signer",
+    "adopter", "download_key", "open_routes", "output_file_hosts", "retention_loop",
+    "schema_fetcher", "signers", "signing_secrets", "storage_for", "translator", "uploads",
+    "webhook_signer",
 ]
 
-
-def api_tokens(settings: Settings) -> dict[str, str]:
-    """Name -> token: ``named_api_tokens`` as named, ``api_tokens`` as ``token-N``."""
-    gw = settings.gateway
-    tokens = {f"token-{i}": t.get_secret_value() for i, t in enumerate(gw.api_tokens, 1)}
-    tokens.update({n: t.get_secret_value() for n, t in gw.named_api_tokens.items()})
-    return tokens
+_GATEWAY_SECRET_ROW = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
 
 
 def output_file_hosts(settings: Settings) -> dict[str, list[str]]:
@@ -149,3 +160,74 @@ async def open_routes(app: Any, engine: Any) -> None:
         providers=list(settings.providers), public_url=settings.gateway.public_url,
         poll_interval_s=settings.gateway.route_poll_interval_s, clock=app[keys.CLOCK],
     )
+
+
+async def signing_secrets(engine: Engine, settings: Settings, clock: Clock) -> dict[str, str]:
+    """Tenant name -> its signing secret, ``default``'s (the gateway's) among them."""
+    found = {DEFAULT_TENANT: await _gateway_secret(engine, settings, clock)}
+    for tenant in settings.tenants:
+        configured = tenant.webhook_signing_secret
+        found[tenant.name] = configured.get_secret_value() if configured else (
+            await secrets.get_or_create(engine, SECRET_ROW_PREFIX + tenant.name,
+                                        signing.generate_secret, clock=clock))
+    return found
+
+
+async def _gateway_secret(engine: Engine, settings: Settings, clock: Clock) -> str:
+    """``default``'s: the configured ``[webhooks] signing_secret``, else one generated
+    once and kept in the store, so every gateway process sharing it signs alike."""
+    if settings.webhooks.signing_secret is not None:
+        return settings.webhooks.signing_secret.get_secret_value()
+    return await secrets.get_or_create(
+        engine, _GATEWAY_SECRET_ROW, signing.generate_secret, clock=clock
+    )
+
+
+def signers(
+    found: dict[str, str], settings: Settings, read_job: Callable[[str], Awaitable[Job]]
+) -> TenantSigners:
+    """The webhook signers of :func:`signing_secrets`' secrets (a prediction's tenant
+    from ``read_job``, a store read); ``[webhooks]``'s rotation overlap
+    (``previous_signing_secret``) is ``default``'s."""
+    made = {name: signing.Signer(secret) for name, secret in found.items()}
+    made[DEFAULT_TENANT] = webhook_signer(found[DEFAULT_TENANT], settings.webhooks)
+
+    async def tenant_of(job_id: str) -> str:
+        return (await read_job(job_id)).tenant
+
+    return TenantSigners(made, tenant_of)
+
+
+def download_key(secret: str) -> str:
+    """The key of signed file-download URLs, derived from the gateway's secret: a tenant
+    holding that secret (``default``) still cannot sign another's file downloads."""
+    return hmac.new(secret.encode(), b"cutover file downloads", hashlib.sha256).hexdigest()
+
+
+def adopter(app: Any, engine: Any, finalizer: Finalizer) -> Adopter | None:
+    """The adopter of ``[gateway] legacy_provider``'s predictions (docs/cutover-day.md),
+    or None without one."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    gw = app[keys.SETTINGS].gateway
+    name = gw.legacy_provider
+    if name is None:
+        return None
+    return Adopter(
+        provider=name,  # kind "replicate" (the settings check): a ReplicateAdapter
+        adapter=lambda: cast(LegacyLookup, app[keys.PROVIDERS][name].adapter),
+        engine=engine, finalizer=finalizer, notifier=app[keys.NOTIFIER],
+        lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
+        unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
+    )
+
+
+def translator(app: Any) -> Translator:
+    """The maps of the app's routes, with each adapter's default input map
+    (docs/translation.md); after the providers are open."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    providers = app[keys.PROVIDERS]
+    defaults = {name: p.adapter.capabilities.input_map for name, p in providers.items()}
+    router = app[keys.ROUTER]
+    return Translator(lambda key: router.spec(key).maps, defaults)

@@ -33,10 +33,11 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, logs, providers
+from gateway import app, healthcheck, importcli, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
+from gateway.config import tenants as tenancy
 from gateway.config.envnames import ignored_environment
 from gateway.rollout import cli as routecli
 from gateway.rollout import drift as routedrift
@@ -85,12 +86,13 @@ def _parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
     replay.add_argument("--since", help="replay dead events created at or after this time")
     replay.add_argument("--until", help="... and before this time (default: now)")
     routecli.add_commands(sub, _common)
+    importcli.add_command(sub, _common)
     return parser
 
 
 # Commands whose whole point is the configured store: on the default ./cutover.db by
 # mistake (no --config) they answered from an empty database they had just created.
-_ON_THE_STORE = frozenset({"migrate", "webhooks", "routes", "shadow"})
+_ON_THE_STORE = frozenset({"migrate", "webhooks", "routes", "shadow", "import"})
 
 
 def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -135,18 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)
-        logs.configure(
-            args.log_level or settings.logging.level or "INFO", settings.logging.format
-        )
+        logs.configure(args.log_level or settings.logging.level or "INFO", settings.logging.format)
         if args.command == "webhooks":
             return asyncio.run(_webhooks(settings, args))
+        if args.command == "import":
+            return asyncio.run(importcli.run(settings, args))
         if args.command in ("routes", "shadow"):
             return _routes(settings, args)
         if args.command == "check":
             return _check(settings, args.config)
         if args.command == "migrate":
-            asyncio.run(_migrate(settings))
-            return 0
+            return asyncio.run(_migrate(settings)) or 0
         return _serve(settings, args.listen_fd)
     except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)
@@ -211,8 +212,11 @@ def _check(settings: Settings, path: Path | None) -> int:
     for route in settings.routes:
         target = f" ({route.target})" if route.target else ""
         moving = f", candidate {route.candidate}" if route.candidate else ""  # the file's
+        only = f", tenants {', '.join(route.tenants)}" if route.tenants else ""
         print(f"route       {route.model}:{route.version or '*'} -> {route.provider}{target}"
-              f"{moving}")
+              f"{moving}{only}")
+    for tenant in settings.tenants:  # docs/security.md
+        print(f"tenant      {tenant.name}: {len(tenant.api_tokens)} API token(s)")
     print(_drift(settings))
     return 1 if problems else 0
 
@@ -236,7 +240,7 @@ def readiness_problems(settings: Settings) -> list[str]:
         problems.append("no [providers.NAME] configured: there is nothing to send work to")
     if not settings.routes:
         problems.append("no [[routes]] configured: every create would be 404")
-    if not settings.gateway.api_tokens:
+    if not tenancy.api_tokens(settings):  # named_api_tokens and [[tenants]] count too
         problems.append("no [gateway] api_tokens: every API request would be 401")
     token_envs = {name: conf.token_env for name, conf in settings.providers.items()}
     problems.extend(providers.missing_credentials(token_envs, os.environ))
@@ -294,7 +298,8 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
                 until=parse_time(args.until, "--until") if args.until else None,
                 limit=args.limit,
             )
-            print(_table(found) if found else "no dead-lettered webhook events")
+            shown = _table(found, tenants=bool(settings.tenants))
+            print(shown if found else "no dead-lettered webhook events")
         elif args.action == "show":
             print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
         elif args.id is not None:
@@ -321,13 +326,15 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
 _HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
 
 
-def _table(letters: Sequence[Letter]) -> str:
-    """Dead events as an aligned text table (errors cut at 60 characters)."""
+def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
+    """Dead events as an aligned text table (errors cut at 60 characters); ``tenants``
+    (with ``[[tenants]]``): a TENANT column after the prediction."""
     rows = [
         (
             str(x.id),
             x.msg_id,
             x.prediction_id,
+            *((x.tenant,) if tenants else ()),
             x.event,
             str(x.attempts),
             str(x.last_status_code or "-"),
@@ -336,10 +343,11 @@ def _table(letters: Sequence[Letter]) -> str:
         )
         for x in letters
     ]
-    widths = [max(len(r[i]) for r in [_HEADINGS, *rows]) for i in range(len(_HEADINGS))]
+    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
+    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [_HEADINGS, *rows]
+        for r in [headings, *rows]
     )
 
 

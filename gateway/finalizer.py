@@ -16,14 +16,17 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from adapters import errortext
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
-from contracts.snapshot import ProviderSnapshot
+from contracts.snapshot import ErrorClass, ProviderSnapshot
 from gateway.conformance import OutputContract, OutputMismatch
 from gateway.files.outputs import AssetError, OutputCopier, has_files
+from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.translator import Translator
 from gateway.validation import noted_logs
 from gateway.wire import timestamp
 
@@ -45,8 +48,10 @@ class Finalizer:
         notifier: Notifier,
         file_hosts: Mapping[str, Collection[str]] | None = None,
         metrics: Metrics | None = None,
+        translator: Translator | None = None,
         contract: OutputContract | None = None,
     ) -> None:
+        self._translator = translator
         self._store = store
         self._contract = contract
         self._copier = copier
@@ -63,6 +68,7 @@ class Finalizer:
             When the snapshot's provider job id is not the job's, or it is not terminal.
         """
         if job.state.terminal:
+            self.late(job, snapshot)
             return job
         if not snapshot.state.terminal:
             raise ContractViolation(f"snapshot for {job.id} is not terminal")
@@ -72,7 +78,22 @@ class Finalizer:
                 f"job {job.id} has {job.provider_job_id!r}"
             )
         outcome = await self._outcome(job, snapshot)
-        return await self._record(job, outcome)
+        error_class = snapshot.error_class if outcome.state is JobState.FAILED else None
+        return await self._record(job, outcome, error_class, snapshot)
+
+    def late(self, job: Job, snapshot: ProviderSnapshot) -> None:
+        """A provider's report of a job that is already final (RunPod's output after an
+        acknowledged cancel): logged as ``late_provider_outcome``, never applied; the
+        execution time it reports is still counted (docs/providers.md, "runpod")."""
+        log.info("late_provider_outcome", extra={
+            "job_id": job.id, "provider": job.provider, "state": snapshot.state.value,
+            "raw_status": snapshot.raw_status, "stored_state": job.state.value})
+        self._execution(job.provider, snapshot)
+
+    def _execution(self, provider: str, snapshot: ProviderSnapshot) -> None:
+        seconds = snapshot.metrics.get("predict_time")
+        if self._metrics is not None and isinstance(seconds, int | float) and seconds >= 0:
+            self._metrics.provider_execution_seconds.labels(provider).inc(seconds)
 
     def progress(self, job: Job, snapshot: ProviderSnapshot) -> Progress:
         """A snapshot as the job's progress (the one place this is made).
@@ -81,12 +102,16 @@ class Finalizer:
         neither output nor logs: its outcome is :meth:`finalize`'s to record. An output
         that still holds provider files (``data:`` URIs, URLs on the provider's file
         hosts) is withheld until the terminal copy: apps never see provider-native shapes
-        that change at the end (docs/lifecycle.md, "Interim output").
+        that change at the end (docs/lifecycle.md, "Interim output"). The route's output
+        map runs first (an interim output it fails on is withheld).
         """
         if snapshot.state.terminal:
             return Progress(JobState.QUEUED, snapshot.raw_status)
         state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
-        output = snapshot.output
+        try:
+            output = self._mapped_output(job, snapshot.output)
+        except MapError:  # withheld; the final output's map fails the prediction
+            output = None
         if self._contract is not None:
             output = self._contract.interim(job.route, output)
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
@@ -111,8 +136,16 @@ class Finalizer:
         }
         if snapshot.state is not JobState.COMPLETED:
             # Outputs of failed and canceled jobs are not kept: they are not owned files.
-            return Outcome(state=snapshot.state, error=snapshot.error, **base)
-        output = snapshot.output
+            # Errors are one line of at most 1 KB with no echoed payloads, whoever made
+            # them (docs/providers.md, "Error classes").
+            error = errortext.one_line(snapshot.error) if snapshot.error else None
+            return Outcome(state=snapshot.state, error=error, **base)
+        try:
+            output = self._mapped_output(job, snapshot.output)
+        except MapError as exc:
+            log.warning("output_map_failed", extra={"job_id": job.id, "error": exc.detail})
+            return Outcome(state=JobState.FAILED, error=exc.detail,
+                           raw_output=snapshot.output, **base)
         if self._contract is not None:  # after the route's output map, before any copy
             try:
                 output = await self._contract.conform(job.route, output)
@@ -134,7 +167,15 @@ class Finalizer:
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
-    async def _record(self, job: Job, outcome: Outcome) -> Job:
+    def _mapped_output(self, job: Job, output: Any) -> Any:
+        """The route's output map for the job's provider on ``output`` (docs/translation.md):
+        before files are copied, so only the URLs it keeps are fetched."""
+        return output if self._translator is None else self._translator.output(job, output)
+
+    async def _record(
+        self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None,
+        snapshot: ProviderSnapshot | None = None,
+    ) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
         transient store error propagates, so the caller's boundary retries the item."""
         try:
@@ -152,14 +193,31 @@ class Finalizer:
             self._notifier.wake(LoopName.DISPATCHER)
         self._notifier.wake(LoopName.DELIVERY)
         if done is None:
-            return await self._store.get(job.id)
+            stored = await self._store.get(job.id)
+            if snapshot is not None:
+                self.late(stored, snapshot)
+            return stored
+        if snapshot is not None:
+            self._execution(job.provider, snapshot)
         if self._metrics is not None:
             self._count(done)
+        if error_class is not None:
+            self._classify(done, error_class)
         log.info(
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
         )
         return done
+
+    def _classify(self, done: Job, error_class: ErrorClass) -> None:
+        """Count a failure by who must act; a credentials refusal is an operator alert
+        (docs/providers.md, "Error classes")."""
+        if self._metrics is not None:
+            self._metrics.prediction_errors.labels(done.provider, error_class.value).inc()
+        if error_class is ErrorClass.GATEWAY_CREDENTIALS:
+            log.error("provider_credentials_refused", extra={
+                "job_id": done.id, "provider": done.provider, "route": done.route,
+                "error": done.error})
 
     def _count(self, done: Job) -> None:
         assert self._metrics is not None

@@ -11,8 +11,6 @@ import base64
 import binascii
 import hashlib
 import json
-import math
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,13 +19,16 @@ from urllib.parse import urlencode
 
 import orjson
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import Conflict, ContractViolation, NotFound
 from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
 from gateway import ids, validation, wire
+from gateway.adoption import Adopter
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.createheaders import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
 from gateway.notify import LoopName, Notifier
 from gateway.rollout import shadowgate
 from gateway.rollout.router import Caller, Router
@@ -37,69 +38,10 @@ from gateway.store.jobs import JobStore, NewJob
 from gateway.store.reader import JobReader
 from gateway.webhooks import ssrf
 
-__all__ = ["PAGE_SIZE", "CreateOptions", "Page", "PredictionService", "parse_cancel_after",
-           "parse_prefer_wait"]
+__all__ = ["MIN_CANCEL_AFTER_S", "PAGE_SIZE", "CreateOptions", "Page", "PredictionService",
+           "parse_cancel_after", "parse_prefer_wait"]
 
 PAGE_SIZE = 100
-MIN_CANCEL_AFTER_S = 5.0
-_DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_prefer_wait(header: str | None, max_s: float) -> float | None:
-    """Seconds to hold a create open for ``Prefer: wait[=N]`` (§3.2), or None.
-
-    ``wait`` means the maximum (60 s); ``wait=N`` is clamped to [1, max_s]. Other
-    preferences are ignored, and malformed ``wait`` values (``wait=abc``, ``wait=nan``)
-    mean the maximum (the spec asks for leniency).
-    """
-    if not header:
-        return None
-    for preference in header.split(","):
-        name, _, value = preference.strip().partition("=")
-        if name.strip().lower() != "wait":
-            continue
-        if not value:
-            return max_s
-        try:
-            seconds = float(value.strip().strip('"'))
-        except ValueError:
-            return max_s
-        if math.isnan(seconds):
-            return max_s
-        return min(max(seconds, 1.0), max_s)
-    return None
-
-
-def parse_cancel_after(header: str | None, max_s: float | None = None) -> float | None:
-    """Seconds from ``Cancel-After``: ``30``, ``30s``, ``5m``, ``1h30m45s`` (§3.2).
-
-    ``max_s`` (the gateway's maximum job lifetime) caps the result: no job outlives it,
-    whatever the app asks for.
-
-    Raises
-    ------
-    ContractViolation
-        For any other syntax, a value that is not finite, or a value under 5 s.
-    """
-    if header is None:
-        return None
-    text = header.strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
-        match = _DURATION_RE.match(text)
-        if not text or match is None:
-            raise ContractViolation(
-                f"Cancel-After {header!r} is not a duration like 30, 30s, 5m or 1h30m45s"
-            ) from None
-        hours, minutes, secs = match.groups()
-        # float, not int: huge values become inf (refused below) rather than overflow
-        seconds = float(hours or 0) * 3600 + float(minutes or 0) * 60 + float(secs or 0)
-    if not math.isfinite(seconds):
-        raise ContractViolation(f"Cancel-After {header!r} is not a finite duration")
-    if seconds < MIN_CANCEL_AFTER_S:
-        raise ContractViolation(f"Cancel-After must be at least {MIN_CANCEL_AFTER_S:.0f} s")
-    return seconds if max_s is None else min(seconds, max_s)
 
 
 @dataclass(frozen=True)
@@ -108,7 +50,8 @@ class CreateOptions:
 
     ``idempotency_key`` is the key as the app sent it; ``idempotency_scope`` names who sent
     it (a digest of the API token), so that two tokens never share a key. ``token`` and
-    ``headers`` identify the caller for the sticky canary (docs/canary.md).
+    ``headers`` identify the caller for the sticky canary (docs/canary.md); ``tenant`` is
+    that token's tenant, stored with the prediction (docs/security.md).
     """
 
     idempotency_key: str | None = None
@@ -118,6 +61,7 @@ class CreateOptions:
     token_name: str | None = None
     token: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT
 
     @property
     def stored_idempotency_key(self) -> str | None:
@@ -137,7 +81,13 @@ class Page:
 
 
 class PredictionService:
-    """Create, read, list, cancel and wait on predictions."""
+    """Create, read, list, cancel and wait on predictions.
+
+    Reads, lists and cancels take the caller's ``tenant``: another tenant's prediction
+    does not exist for it (``NotFound``, as an unknown id); None (operators) sees every
+    tenant's. ``stream_secrets`` maps a tenant to the secret its stream URLs are signed
+    with (``stream_secret`` is ``default``'s; a tenant without one gets no stream URL).
+    """
 
     def __init__(
         self,
@@ -152,10 +102,13 @@ class PredictionService:
         bodies: FinishedBodies | None = None,
         schemas: validation.Schemas | None = None,
         stream_secret: str = "",
+        stream_secrets: Mapping[str, str] | None = None,
         keep_finished_bodies: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        adopter: Adopter | None = None,
     ) -> None:
         self._store = store
+        self._adopter = adopter  # ids the legacy provider started (docs/cutover-day.md)
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
@@ -166,7 +119,7 @@ class PredictionService:
         self._policy = webhook_policy
         self._public_url = public_url
         self._schemas = schemas
-        self._stream_secret = stream_secret
+        self._stream_secrets = {DEFAULT_TENANT: stream_secret, **(stream_secrets or {})}
         self._clock = clock
 
     async def create(
@@ -201,10 +154,12 @@ class PredictionService:
                 return existing, False
         job_id = ids.new_prediction_id()
         await self._refresh_routes()  # live route changes (gateway.rollout.sync)
-        routed = self._router.resolve(request, job_id)
+        tenant = options.tenant
+        routed = self._router.resolve(request, job_id, tenant=tenant)
         checked = (await self._schemas.check(routed.route, request.input, job_id)  # before rows
                    if self._schemas is not None else validation.CheckedInput(request.input))
-        routed = self._router.resolve(request, job_id, Caller(options.token, options.headers))
+        caller = Caller(options.token, options.headers)
+        routed = self._router.resolve(request, job_id, caller, tenant=tenant)
         webhook, events = request.webhook, request.webhook_events_filter
         if webhook is not None:
             await self._policy.check_url(webhook)
@@ -231,6 +186,7 @@ class PredictionService:
             request_hash=fingerprint,
             created_at=now,
             owner=options.token_name,
+            tenant=tenant,
             priority=routed.route.priority,
             arm=routed.arm,
         )
@@ -264,26 +220,37 @@ class PredictionService:
             job = changed if changed is not None else await self._reader.get(job.id)
         return job
 
-    async def get(self, job_id: str) -> Job:
-        """The job; ``NotFound`` for an unknown or malformed id."""
+    async def get(self, job_id: str, tenant: str | None = None) -> Job:
+        """The job; ``NotFound`` for an unknown or malformed id, or another tenant's. An
+        unknown one is looked up at the legacy provider first, if any, and adopted for
+        ``tenant`` when found (docs/cutover-day.md)."""
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        job = await self._reader.get(job_id)
+        try:
+            job = await self._reader.get(job_id)
+        except NotFound:
+            if self._adopter is None:
+                raise
+            job = await self._adopter.adopt(job_id, tenant or DEFAULT_TENANT)
         if job.arm in HIDDEN_ARMS:  # shadows are the operators' business, never the app's
+            raise NotFound(f"prediction {job_id!r} does not exist")
+        if tenant is not None and job.tenant != tenant:  # never a 403: no hint it exists
             raise NotFound(f"prediction {job_id!r} does not exist")
         return job
 
-    async def get_json(self, job_id: str) -> bytes:
+    async def get_json(self, job_id: str, tenant: str | None = None) -> bytes:
         """The prediction's JSON bytes: a finished one's from :mod:`gateway.bodies`,
-        without reading the store; ``NotFound`` for an unknown or malformed id."""
-        kept = self._bodies.get(job_id) if self._keep_bodies else None
+        without reading the store (kept per tenant); ``NotFound`` as :meth:`get`."""
+        key = _body_key(tenant or DEFAULT_TENANT, job_id)
+        kept = self._bodies.get(key) if self._keep_bodies else None
         if kept is not None:
             return kept
-        return self.render(await self.get(job_id))
+        return self.render(await self.get(job_id, tenant))
 
-    async def cancel(self, job_id: str) -> Job:
-        """Request a cancel (idempotent); a finished prediction is returned unchanged."""
-        job = await self.get(job_id)
+    async def cancel(self, job_id: str, tenant: str | None = None) -> Job:
+        """Request a cancel (idempotent); a finished prediction is returned unchanged;
+        ``NotFound`` as :meth:`get`."""
+        job = await self.get(job_id, tenant)
         if job.state.terminal:
             return job
         job = await self._store.request_cancel(job_id)
@@ -296,8 +263,10 @@ class PredictionService:
         cursor: str | None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        tenant: str | None = None,
     ) -> Page:
-        """One page of predictions, newest first (§2.5); cursors are opaque.
+        """One page of ``tenant``'s predictions (None: every tenant's), newest first
+        (§2.5); cursors are opaque.
 
         The ``created_after``/``created_before`` filters are carried into the ``next``
         and ``previous`` URLs, so following them stays inside the filtered set.
@@ -307,6 +276,7 @@ class PredictionService:
             "created_after": created_after,
             "created_before": created_before,
             "limit": PAGE_SIZE + 1,
+            "tenant": tenant,
         }
         kwargs["after" if direction == "prev" else "before"] = position
         found = await self._reader.page(**kwargs)
@@ -331,18 +301,26 @@ class PredictionService:
 
     def prediction(self, job: Job, *, status: str | None = None) -> dict[str, Any]:
         """The wire form of ``job``."""
-        return wire.body(job, self._public_url, status=status, stream_secret=self._stream_secret)
+        secret = self._stream_secrets.get(job.tenant)
+        return wire.body(job, self._public_url, status=status, stream_secret=secret)
 
     def render(self, job: Job) -> bytes:
         """The JSON bytes of ``job`` as GET shows it; a finished job's are made once."""
-        secret = self._stream_secret
+        secret = self._stream_secrets.get(job.tenant)
         if not job.state.terminal or not self._keep_bodies:
             return wire.prediction_json(job, self._public_url, stream_secret=secret)
-        kept = self._bodies.get(job.id)
+        key = _body_key(job.tenant, job.id)
+        kept = self._bodies.get(key)
         if kept is None:
             kept = wire.prediction_json(job, self._public_url, stream_secret=secret)
-            self._bodies.put(job.id, kept)
+            self._bodies.put(key, kept)
         return kept
+
+
+def _body_key(tenant: str, job_id: str) -> str:
+    """A finished body's key in :mod:`gateway.bodies`: its id, prefixed by its tenant
+    unless ``default``, so a GET of another tenant's id never finds it there."""
+    return job_id if tenant == DEFAULT_TENANT else f"{tenant}/{job_id}"
 
 
 def _decode_cursor(cursor: str) -> tuple[str, tuple[datetime, str]]:

@@ -34,6 +34,8 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
+from gateway.config import problems
+from gateway.config import tenants as tenancy
 from gateway.config.sections import (
     AdminSettings,
     AdminToken,
@@ -44,7 +46,7 @@ from gateway.config.sections import (
     StorageSettings,
     WebhookSettings,
 )
-from gateway.rollout.settings import RouteSettings
+from gateway.rollout.spec import RouteSettings
 
 __all__ = [
     "AdminSettings",
@@ -66,7 +68,6 @@ _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UPLOAD_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,}$")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # what an Authorization header can carry
-_UNION_MODELS = frozenset({AdminToken.__name__})  # tags pydantic puts in an error's loc
 
 
 class _Section(BaseModel):
@@ -107,6 +108,10 @@ class GatewaySettings(_Section):
     stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
     route_poll_interval_s: float = Field(default=1.0, gt=0, le=1.5)
     guard_interval_s: float = Field(default=5.0, gt=0, le=50.0)
+    legacy_provider: str | None = None  # adopts unknown ids (docs/cutover-day.md)
+    legacy_lookups_per_s: float = Field(default=2.0, gt=0)
+    legacy_lookup_burst: int = Field(default=20, ge=1)
+    legacy_unknown_ttl_s: float = Field(default=60.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -195,9 +200,9 @@ class ProviderSettings(_Section):
     ``cog`` provider needs one). ``token_env`` names the environment variable holding the
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
-    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``. ``upload_token`` lets
-    the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
-    §1.10). ``ca_file``, ``submit_timeout_s``: docs/providers.md, "TLS to providers".
+    ``stream`` apply to ``openai`` providers, ``jwks_url``, ``result_retry_window_s`` to
+    ``fal``. ``upload_token``: Cog's ``--upload-url`` (docs/cog.md §1.10). ``ca_file``,
+    ``submit_timeout_s``: docs/providers.md, "TLS to providers".
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
@@ -217,6 +222,7 @@ class ProviderSettings(_Section):
     jwks_url: str | None = None
     ca_file: Path | None = None  # PEM: a private CA, trusted besides certifi's bundle
     submit_timeout_s: float | None = Field(default=None, gt=0)  # else [gateway]'s
+    result_retry_window_s: float | None = Field(default=None, ge=0)  # fal's result reads
 
     def adapter_options(self) -> dict[str, Any]:
         """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
@@ -225,11 +231,10 @@ class ProviderSettings(_Section):
         return {
             "base_url": self.base_url,
             "webhook_auth_token": auth.get_secret_value() if auth else None,
-            "request_timeout_s": self.request_timeout_s,
-            "fetch_interval_s": self.fetch_interval_s,
-            "fetch_max_interval_s": self.fetch_max_interval_s,
-            "lost_grace_s": self.lost_grace_s, "rate_limit_per_s": self.rate_limit_per_s,
-            "api": self.api, "stream": self.stream, "jwks_url": self.jwks_url,
+            "request_timeout_s": self.request_timeout_s, "fetch_interval_s": self.fetch_interval_s,
+            "fetch_max_interval_s": self.fetch_max_interval_s, "lost_grace_s": self.lost_grace_s,
+            "rate_limit_per_s": self.rate_limit_per_s, "api": self.api, "stream": self.stream,
+            "jwks_url": self.jwks_url, "result_retry_window_s": self.result_retry_window_s,
             "ca_file": str(self.ca_file) if self.ca_file is not None else None,
         }
 
@@ -269,27 +274,30 @@ class Settings(BaseSettings):
     providers: dict[Annotated[str, Field(max_length=64)], ProviderSettings] = Field(
         default_factory=dict)  # at most jobs.provider's 64 characters
     routes: list[RouteSettings] = Field(default_factory=list)
+    tenants: list[tenancy.TenantSettings] = Field(default_factory=list)  # gateway/config/tenants.py
 
     @model_validator(mode="after")
     def _routes_name_providers(self) -> Settings:
         seen: set[tuple[str, str | None]] = set()
         for route in self.routes:
-            for name in (route.provider, route.candidate):
+            for name in (route.provider, route.candidate, *route.maps):  # maps.PROVIDER too
                 if name is not None and name not in self.providers:
                     raise ValueError(f"route {route.model} names unknown provider {name!r}")
             key = (route.model, route.version)
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")
             seen.add(key)
+        legacy = self.gateway.legacy_provider
+        if legacy is not None and getattr(self.providers.get(legacy), "kind", None) != "replicate":
+            raise ValueError(f"[gateway] legacy_provider = {legacy!r} must name a provider of "
+                             "kind 'replicate' (docs/cutover-day.md)")
         return self
 
     @model_validator(mode="after")
     def _tokens_usable(self) -> Settings:
-        """A token no header can carry (empty, a space, a newline pasted from a file)
-        never matched, and an admin token that is also an API token let every app holding
-        it change routes; both were accepted without a word."""
-        gw = self.gateway
-        api = {t.get_secret_value() for t in [*gw.api_tokens, *gw.named_api_tokens.values()]}
+        """Tenants apart (config/tenants.py), tokens a header can carry, admin tokens apart."""
+        tenancy.check(self)
+        api = set(tenancy.api_tokens(self).values())
         admin = {token for _, token in self.admin.named_tokens()}
         for where, tokens in (("gateway API", api), ("[admin]", admin)):
             if any(not _TOKEN_RE.fullmatch(token) for token in tokens):
@@ -357,7 +365,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        lines = "\n".join(f"  {_key(e)}: {_message(e)}{_did_you_mean(e)}"
+        lines = "\n".join(f"  {problems.key(e)}: {problems.message(e)}{_did_you_mean(e)}"
                           for e in exc.errors(include_url=False))
         raise ConfigurationError(f"invalid configuration in {where}:\n{lines}") from exc
     except SettingsError as exc:  # an environment value that does not parse
@@ -369,21 +377,6 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         raise ConfigurationError(f"invalid configuration in {where}: {exc}") from exc
     finally:
         _TOML_FILE.reset(reading)
-
-
-def _key(error: Any) -> str:
-    """The setting's dotted path, without pydantic's tags of union members: an admin
-    token was named ``admin.tokens.0.lax-or-strict[lax=json-or-python[...]]...`` and
-    ``admin.tokens.0.AdminToken.token``."""
-    parts = [str(part) for part in error["loc"]
-             if not (isinstance(part, str) and ("[" in part or part in _UNION_MODELS))]
-    return ".".join(parts) or "(top level)"
-
-
-def _message(error: Any) -> str:
-    if error["type"] == "extra_forbidden":
-        return "is not a known setting"
-    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def _did_you_mean(error: Any) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "RetentionSettings",
     "StorageSettings",
     "WebhookSettings",
+    "checked_secret",
 ]
 
 
@@ -144,6 +145,16 @@ class AdminSettings(_Section):
         return [(name, secret) for name, secret, _ in self.roles()]
 
 
+def checked_secret(value: SecretStr | None) -> SecretStr | None:
+    """``value`` when the webhook signer takes it (or None); ValueError naming why not."""
+    if value is not None:
+        try:
+            check_secret(value.get_secret_value())
+        except ConfigurationError as exc:
+            raise ValueError(exc.detail) from None
+    return value
+
+
 class WebhookSettings(_Section):
     """``[webhooks]``: outbound webhooks to apps (docs/replicate-api.md §6, docs/webhooks.md).
 
@@ -180,12 +191,7 @@ class WebhookSettings(_Section):
     def _whsec(cls, value: SecretStr | None) -> SecretStr | None:
         """One the signer would refuse: ``check`` passed it and ``serve`` stopped after
         it had started (docs/webhooks.md)."""
-        if value is not None:
-            try:
-                check_secret(value.get_secret_value())
-            except ConfigurationError as exc:
-                raise ValueError(exc.detail) from None
-        return value
+        return checked_secret(value)
 
     @model_validator(mode="after")
     def _rotation(self) -> WebhookSettings:

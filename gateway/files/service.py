@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -202,6 +202,30 @@ class FileService:
         if isinstance(value, dict):
             return {key: self.resolve_input(item) for key, item in value.items()}
         return value
+
+
+    async def check_owned(self, value: Any, owners: Collection[str]) -> None:
+        """Refuse an input naming a gateway file (its ``urls.get``) no owner in ``owners``
+        uploaded (another tenant's, or none: docs/security.md).
+
+        Raises
+        ------
+        NotFound
+            Naming the first such file, as the Files API answers for it.
+        """
+        for file_id in sorted(self._named_files(value)):
+            found = await self._store.get_any(file_id)
+            if found is None or found.owner not in owners:
+                raise NotFound(f"the input names file {file_id!r}, which does not exist")
+
+    def _named_files(self, value: Any) -> set[str]:
+        if isinstance(value, str):
+            match = self._get_url_re.match(value)
+            return set() if match is None else {match.group("id")}
+        items = value.values() if isinstance(value, dict) else value
+        if not isinstance(value, list | dict):
+            return set()
+        return set().union(*(self._named_files(item) for item in items))
 
 
 def _is_id(value: str) -> bool:

@@ -4,7 +4,8 @@ line per request (docs/logging.md, docs/limits.md, docs/replicate-api.md §1, §
 :func:`front_middleware` keeps the caller's ``X-Request-Id`` when it is a sane token (up
 to 128 of ``A-Za-z0-9._:-``), else makes one, and returns it on every response (streamed
 ones too, through :func:`add_request_id` on ``on_response_prepare``); checks the API token
-outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`); applies
+outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`) and notes its
+tenant (``TENANT``, docs/security.md); applies
 :class:`gateway.http.ratelimit.Limiter` to requests that carry a token; gives request
 bodies their read deadline (:mod:`gateway.http.deadline`); turns every error into
 problem+json (:func:`gateway.http.middleware.problem_for`); and logs ``request`` with the
@@ -32,6 +33,7 @@ from gateway.http import deadline
 from gateway.http.middleware import (
     ADMIN_ROOT,
     PUBLIC_PREFIXES,
+    TENANT,
     TOKEN_NAME,
     ApiTokens,
     Handler,
@@ -94,6 +96,7 @@ def front_middleware(
                 if not path.startswith(PUBLIC_PREFIXES) and path != ADMIN_ROOT:
                     name = tokens.name_of(request.headers.get("Authorization"))
                     request[TOKEN_NAME] = name
+                    request[TENANT] = tokens.tenant_of(name)
                     if limiter is not None:
                         _limit(limiter, metrics, request, name)
                 response = await handler(request)

@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ContractViolation, NotFound
 from contracts.replicate import (
     Account,
@@ -32,8 +33,10 @@ from contracts.times import parse_time
 from gateway import wire
 from gateway.config import RouteSettings
 from gateway.http import keys
+from gateway.http.files import FILES
 from gateway.http.middleware import (
     SCOPE_CHARS,
+    TENANT,
     TOKEN_NAME,
     Handler,
     json_response,
@@ -70,6 +73,11 @@ def _service(request: web.Request) -> PredictionService:
     return request.app[keys.PREDICTIONS]
 
 
+def _tenant(request: web.Request) -> str:
+    """The caller's tenant (the middleware's, docs/security.md): all it may see."""
+    return request.get(TENANT, DEFAULT_TENANT)
+
+
 def _options(request: web.Request) -> CreateOptions:
     """The create headers, parsed.
 
@@ -82,7 +90,7 @@ def _options(request: web.Request) -> CreateOptions:
     ContractViolation
         A malformed ``Idempotency-Key`` or ``Cancel-After``.
     """
-    settings = request.app[keys.SETTINGS].gateway
+    settings = request.app[keys.EDGE]
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise ContractViolation(
@@ -102,6 +110,7 @@ def _options(request: web.Request) -> CreateOptions:
         token_name=request.get(TOKEN_NAME),
         token=presented_token(request),  # the sticky canary's default caller key
         headers=request.headers,
+        tenant=_tenant(request),
     )
 
 
@@ -131,6 +140,9 @@ async def _respond_created(
 ) -> web.Response:
     options = _options(request)
     service = _service(request)
+    owners = request.app[keys.FILE_OWNERS]
+    if owners:  # with [[tenants]]: no file of another tenant (docs/security.md)
+        await request.app[FILES].check_owned(create.input, owners.get(options.tenant, ()))
     job, created = await service.create(create, options, target)
     if created:
         request.app[keys.METRICS].predictions_created.labels(job.route, job.provider).inc()
@@ -176,7 +188,7 @@ async def create_deployment_prediction(request: web.Request) -> web.Response:
 @_route("GET", "/predictions/{id}")
 async def get_prediction(request: web.Request) -> web.Response:
     """``GET /v1/predictions/{id}`` (§2.4)."""
-    body = await _service(request).get_json(request.match_info["id"])
+    body = await _service(request).get_json(request.match_info["id"], _tenant(request))
     return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
@@ -184,7 +196,8 @@ async def get_prediction(request: web.Request) -> web.Response:
 async def cancel_prediction(request: web.Request) -> web.Response:
     """``POST /v1/predictions/{id}/cancel``: 200 with the current state, idempotent (§2.6)."""
     service = _service(request)
-    return json_response(service.prediction(await service.cancel(request.match_info["id"])))
+    job = await service.cancel(request.match_info["id"], _tenant(request))
+    return json_response(service.prediction(job))
 
 
 @_route("GET", "/predictions")
@@ -195,6 +208,7 @@ async def list_predictions(request: web.Request) -> web.Response:
         request.query.get("cursor"),
         created_after=_when(request, "created_after"),
         created_before=_when(request, "created_before"),
+        tenant=_tenant(request),
     )
     # Each result's bytes as GET makes them (a finished one's made once), joined as they are.
     body = b"".join(
@@ -217,10 +231,10 @@ async def get_model(request: web.Request) -> web.Response:
     """``GET /v1/models/{owner}/{name}`` (§2.7): a Model the Python client accepts."""
     model = _model_name(request)
     router = request.app[keys.ROUTER]
-    found = router.model_routes(model)
+    found = router.model_routes(model, _tenant(request))
     if not found:
         raise NotFound(f"model {model!r} is not routed by this gateway")
-    base = request.app[keys.SETTINGS].gateway.public_url
+    base = request.app[keys.EDGE].public_url
     owner, name = model.split("/")
     # A version-less route is the model's latest version too (langchain-community reads
     # latest_version.openapi_schema); its id stands for "whatever the route serves".
@@ -240,7 +254,7 @@ async def get_model(request: web.Request) -> web.Response:
 async def list_versions(request: web.Request) -> web.Response:
     """``GET /v1/models/{owner}/{name}/versions``: the routed versions of the model."""
     model = _model_name(request)
-    found = request.app[keys.ROUTER].model_routes(model)
+    found = request.app[keys.ROUTER].model_routes(model, _tenant(request))
     if not found:
         raise NotFound(f"model {model!r} is not routed by this gateway")
     results = [(await _version(request, r.version, r)).model_dump() for r in found if r.version]
@@ -252,7 +266,7 @@ async def get_version(request: web.Request) -> web.Response:
     """``GET /v1/models/{o}/{n}/versions/{id}`` (§2.7): ``run()`` calls it after creating."""
     model = _model_name(request)
     version_id = request.match_info["version"]
-    for route in request.app[keys.ROUTER].model_routes(model):
+    for route in request.app[keys.ROUTER].model_routes(model, _tenant(request)):
         if route.version == version_id or route.version is None:
             return json_response((await _version(request, version_id, route)).model_dump())
     raise NotFound(f"version {version_id!r} of {model!r} is not routed by this gateway")
@@ -293,7 +307,7 @@ _UNKNOWN_SCHEMA: dict[str, Any] = {
 async def get_deployment(request: web.Request) -> web.Response:
     """``GET /v1/deployments/{owner}/{name}`` (§2.8)."""
     name = _model_name(request)
-    route = request.app[keys.ROUTER].deployment_route(name)
+    route = request.app[keys.ROUTER].deployment_route(name, _tenant(request))
     owner, short = name.split("/")
     release = {
         "number": 1,
@@ -310,11 +324,13 @@ async def get_deployment(request: web.Request) -> web.Response:
 @_route("GET", "/account")
 async def get_account(request: web.Request) -> web.Response:
     """``GET /v1/account`` (§2.12): the token-check probe apps use."""
-    username = request.app[keys.SETTINGS].gateway.account_username
+    username = request.app[keys.EDGE].account_username
     return json_response(Account(username=username, name=username).model_dump())
 
 
 @_route("GET", "/webhooks/default/secret")
 async def get_webhook_secret(request: web.Request) -> web.Response:
-    """``GET /v1/webhooks/default/secret`` (§2.10): the key this gateway signs with."""
-    return json_response(WebhookSecret(key=request.app[keys.SIGNING_SECRET]).model_dump())
+    """``GET /v1/webhooks/default/secret`` (§2.10): the key the caller's tenant's webhooks
+    are signed with (each tenant its own, docs/security.md)."""
+    key = request.app[keys.TENANT_SECRETS][_tenant(request)]
+    return json_response(WebhookSecret(key=key).model_dump())

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
-from contracts.auth import bearer_token, credentials, same_secret
+from contracts.auth import DEFAULT_TENANT, bearer_token, credentials, same_secret
 from contracts.errors import ContractViolation, CutoverError, PayloadTooLarge, Unauthenticated
 from contracts.replicate import Problem
 from gateway import wire
@@ -32,6 +32,7 @@ __all__ = [
     "ADMIN_ROOT",
     "PUBLIC_PREFIXES",
     "SCOPE_CHARS",
+    "TENANT",
     "TOKEN_NAME",
     "ApiTokens",
     "Handler",
@@ -40,11 +41,13 @@ __all__ = [
     "presented_token",
     "problem_for",
     "problem_response",
+    "scope_of",
     "token_scope",
 ]
 
 log = logging.getLogger(__name__)
 TOKEN_NAME = web.RequestKey("token_name", str)  # the caller's API token name
+TENANT = web.RequestKey("tenant", str)  # that token's tenant (docs/security.md)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 
@@ -88,8 +91,12 @@ def presented_token(request: web.Request) -> str:
 def token_scope(request: web.Request) -> str:
     """Who is calling, without the token: :data:`SCOPE_CHARS` hex digits of its SHA-256
     (idempotency keys and uploaded files belong to it)."""
-    presented = presented_token(request).encode(errors="surrogateescape")
-    return hashlib.sha256(presented).hexdigest()[:SCOPE_CHARS]
+    return scope_of(presented_token(request))
+
+
+def scope_of(token: str) -> str:
+    """The scope of ``token`` (:func:`token_scope`)."""
+    return hashlib.sha256(token.encode(errors="surrogateescape")).hexdigest()[:SCOPE_CHARS]
 
 
 def json_response(data: Any, status: int = 200, **kwargs: Any) -> web.Response:
@@ -178,7 +185,7 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 405:
         return f"{request.method} is not allowed on {request.path}"
     if exc.status == 413:
-        return deadline.too_large(request.app[keys.SETTINGS].gateway.max_body_bytes)
+        return deadline.too_large(request.app[keys.EDGE].max_body_bytes)
     return exc.text or exc.reason
 
 
@@ -186,16 +193,20 @@ class ApiTokens:
     """The API tokens accepted outside :data:`PUBLIC_PREFIXES`, and who presents them.
 
     ``tokens`` maps a name to each token (a plain iterable names them ``token-1``,
-    ``token-2``...). :meth:`name_of` compares the presented token with every accepted one
-    in constant time, then remembers the ``Authorization`` value that passed (at most
-    :data:`MAX_REMEMBERED` of them), so the same header is answered by one dictionary
-    lookup next time. Only accepted values are remembered: a refused header is compared
-    again every time, and no number of refused headers grows the memory.
+    ``token-2``...); ``tenants`` maps a name to its tenant (``default`` when absent).
+    :meth:`name_of` compares the presented token with every accepted one in constant time,
+    then remembers the ``Authorization`` value that passed (at most :data:`MAX_REMEMBERED`
+    of them), so the same header is answered by one dictionary lookup next time. Only
+    accepted values are remembered: a refused header is compared again every time, and no
+    number of refused headers grows the memory.
     """
 
     MAX_REMEMBERED = 64
 
-    def __init__(self, tokens: Iterable[str] | Mapping[str, str]) -> None:
+    def __init__(
+        self, tokens: Iterable[str] | Mapping[str, str], tenants: Mapping[str, str] | None = None
+    ) -> None:
+        self._tenants = dict(tenants or {})
         named = (
             dict(tokens)
             if isinstance(tokens, Mapping)
@@ -203,6 +214,10 @@ class ApiTokens:
         )
         self._accepted = [(name, t.encode()) for name, t in named.items()]
         self._passed: dict[str, str] = {}
+
+    def tenant_of(self, name: str) -> str:
+        """The tenant of the token named ``name`` (:meth:`name_of`)."""
+        return self._tenants.get(name, DEFAULT_TENANT)
 
     def name_of(self, authorization: str | None) -> str:
         """The name of the token ``authorization`` (the header's value) carries.
@@ -241,7 +256,7 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         Malformed JSON (including ``NaN``/``Infinity`` and absurd nesting), not an
         object, or a field of the wrong type (the detail names each offending field).
     """
-    limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+    limit = request.app[keys.EDGE].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(deadline.too_large(limit))  # said at once, not after reading
     try:

@@ -20,19 +20,23 @@ is a problem+json 4xx and changes nothing.
 ``GET  /admin/routes/{route}/shadow-report?since=&format=``
     the shadow-diff report (docs/shadow.md): ``html`` (default; one offline page),
     ``md`` or ``json``
-``GET  /admin/predictions/{id}``               which route, arm and provider served it,
+``GET  /admin/predictions/{id}``               which tenant, route, arm and provider own it,
                                                its error and raw output (conformance)
+``GET  /admin/predictions?tenant=&cursor=``    every tenant's predictions (or one tenant's),
+    newest first, 100 a page, each with its tenant (docs/security.md)
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from aiohttp import web
 
 from contracts.errors import ContractViolation
 from contracts.times import parse_time
+from gateway import wire
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
 from gateway.http.middleware import json_response
@@ -209,12 +213,13 @@ async def shadow_report(request: web.Request) -> web.Response:
 
 @routes.get("/predictions/{id}")
 async def prediction_owner(request: web.Request) -> web.Response:
-    """Which route, arm and provider own a prediction (never shown to apps)."""
+    """Which tenant, route, arm and provider own a prediction (never shown to apps)."""
     job = await request.config_dict[keys.STORE].get(request.match_info["id"])
     shadows = await request.config_dict[keys.ROUTES].shadows.shadows_of(job.id)
     return json_response(
         {
             "id": job.id,
+            "tenant": job.tenant,
             "route": job.route,
             "arm": job.arm,
             "provider": job.provider,
@@ -229,3 +234,25 @@ async def prediction_owner(request: web.Request) -> web.Response:
                         for s in shadows],
         }
     )
+
+
+@routes.get("/predictions")
+async def every_prediction(request: web.Request) -> web.Response:
+    """One page of every tenant's predictions (``?tenant=`` one tenant's), newest first:
+    ``{"next": URL or null, "results": [{"id", "tenant", "route", "arm", "provider",
+    "state", "created_at"}]}``; ``next`` carries the ``cursor``."""
+    tenant = request.query.get("tenant") or None
+    page = await request.config_dict[keys.PREDICTIONS].page(
+        request.query.get("cursor"), tenant=tenant)
+    next_url = None
+    if page.next_url is not None:
+        cursor = parse_qs(urlsplit(page.next_url).query)["cursor"][0]
+        query = {"cursor": cursor, **({"tenant": tenant} if tenant else {})}
+        next_url = f"{request.config_dict[keys.EDGE].public_url}/admin/predictions?" \
+            + urlencode(query)
+    results = [
+        {"id": j.id, "tenant": j.tenant, "route": j.route, "arm": j.arm,
+         "provider": j.provider, "state": j.state.value, "created_at": wire.timestamp(j.created_at)}
+        for j in page.jobs
+    ]
+    return json_response({"next": next_url, "results": results})

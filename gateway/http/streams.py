@@ -1,7 +1,8 @@
 """``urls.stream``: a prediction's server-sent events (docs/replicate-api.md §7).
 
 ``GET /streams/{id}?t=<token>`` needs no API token (the JS client sends none, §7.3): the
-``t`` capability, an HMAC of the id, is the authorisation; a wrong one is a 404. A
+``t`` capability, an HMAC of the id under its tenant's signing secret (docs/security.md),
+is the authorisation; a wrong one is a 404, as an unknown id. A
 ``Last-Event-ID`` header resumes after that event; one the gateway did not issue replays
 from the start, logged as ``stream_resumed_from_start``. The answer is always
 ``text/event-stream`` with a 200; events, ids and keepalives come from
@@ -30,13 +31,18 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
     """The events of one prediction, replayed from the store and then followed live."""
     job_id = request.match_info["id"]
     token = request.query.get("t", "")
-    if not ids.PREDICTION_ID_RE.match(job_id) or not stream.verify_token(
-        request.app[keys.SIGNING_SECRET], job_id, token
-    ):
-        raise NotFound(f"stream of prediction {job_id!r} does not exist")
+    missing = NotFound(f"stream of prediction {job_id!r} does not exist")
+    if not ids.PREDICTION_ID_RE.match(job_id):
+        raise missing
     store = request.app[keys.STORE]
-    settings = request.app[keys.SETTINGS].gateway
-    job = await store.get(job_id)
+    settings = request.app[keys.EDGE]
+    try:
+        job = await store.get(job_id)
+    except NotFound:
+        raise missing from None
+    secret = request.app[keys.TENANT_SECRETS].get(job.tenant)
+    if secret is None or not stream.verify_token(secret, job_id, token):
+        raise missing
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream; charset=utf-8",

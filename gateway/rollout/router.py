@@ -22,18 +22,10 @@ from typing import Any
 
 from contracts.errors import NotFound
 from contracts.replicate import CreatePrediction
-from gateway.config import RouteSettings
 from gateway.rollout import canary
-from gateway.rollout.spec import RouteSpec, route_key
+from gateway.rollout.spec import RouteSettings, RouteSpec, route_key
 
-__all__ = ["Caller", "Routed", "Router", "spec_of"]
-
-
-def spec_of(route: RouteSettings) -> RouteSpec:
-    """The live spec a config route seeds."""
-    return RouteSpec.model_validate(
-        route.model_dump(include=set(RouteSpec.model_fields), exclude_unset=False)
-    )
+__all__ = ["Caller", "Routed", "Router"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class Router:
 
     def __init__(self, routes: list[RouteSettings]) -> None:
         self._routes = routes
-        self._specs = {route_key(r.model, r.version): spec_of(r) for r in routes}
+        self._specs = {route_key(r.model, r.version): r.spec() for r in routes}
         self.version = -1  # the store's routes version these specs came from
 
     @property
@@ -112,16 +104,21 @@ class Router:
         return changed
 
     def resolve(
-        self, request: CreatePrediction, job_id: str, caller: Caller | None = None
+        self, request: CreatePrediction, job_id: str, caller: Caller | None = None,
+        tenant: str | None = None,
     ) -> Routed:
         """The route for ``request``, and the arm the caller's canary draw picks.
+
+        ``tenant`` (None: any) sees only the routes open to it (a route's ``tenants``):
+        the others do not exist for it (docs/security.md).
 
         Raises
         ------
         NotFound
-            No route serves the model, version or deployment (a 404 problem naming it).
+            No route the tenant may use serves the model, version or deployment (a 404
+            problem naming it).
         """
-        route = self._find(request)
+        route = self._find(request, self._open_to(tenant))
         version = request.version_id or route.version or "hidden"
         if request.version_id is None and request.model is not None:
             version = "hidden"
@@ -149,51 +146,61 @@ class Router:
         )
         return canary.choose_arm(key, who, spec.canary_percent)
 
-    def _find(self, request: CreatePrediction) -> RouteSettings:
+    def _open_to(self, tenant: str | None) -> list[RouteSettings]:
+        """The routes ``tenant`` may use (all of them for None)."""
+        if tenant is None:
+            return self._routes
+        return [r for r in self._routes if r.tenants is None or tenant in r.tenants]
+
+    def _find(self, request: CreatePrediction, routes: list[RouteSettings]) -> RouteSettings:
         if request.deployment is not None:
-            return self._deployment(request.deployment)
+            return _deployment(routes, request.deployment)
         if request.version_id is not None:
-            return self._version(request.model, request.version_id)
+            return _version(routes, request.model, request.version_id)
         assert request.model is not None
-        return self._model(request.model)
+        return _model(routes, request.model)
 
-    def _deployment(self, name: str) -> RouteSettings:
-        for route in self._routes:
-            if route.deployment == name:
+    def model_routes(self, model: str, tenant: str | None = None) -> list[RouteSettings]:
+        """Every route of ``model`` ``tenant`` may use (for the models and versions
+        endpoints; None: any)."""
+        return [r for r in self._open_to(tenant) if r.model == model]
+
+    def deployment_route(self, name: str, tenant: str | None = None) -> RouteSettings:
+        """The route serving deployment ``name`` to ``tenant`` (``NotFound`` otherwise)."""
+        return _deployment(self._open_to(tenant), name)
+
+
+def _deployment(routes: list[RouteSettings], name: str) -> RouteSettings:
+    for route in routes:
+        if route.deployment == name:
+            return route
+    for route in routes:
+        if route.model == name and route.deployment is None:
+            return route
+    raise NotFound(f"no route serves deployment {name!r}")
+
+
+def _version(routes: list[RouteSettings], model: str | None, version_id: str) -> RouteSettings:
+    for route in routes:
+        if route.version == version_id and (model is None or route.model == model):
+            return route
+    if model is not None:
+        for route in routes:
+            if route.model == model and route.version is None:
                 return route
-        for route in self._routes:
-            if route.model == name and route.deployment is None:
-                return route
-        raise NotFound(f"no route serves deployment {name!r}")
+    where = f"model {model!r} " if model else ""
+    raise NotFound(
+        f"version {version_id!r} of {where}is not routed by this gateway"
+        if model
+        else f"version {version_id!r} is not routed by this gateway"
+    )
 
-    def _version(self, model: str | None, version_id: str) -> RouteSettings:
-        for route in self._routes:
-            if route.version == version_id and (model is None or route.model == model):
-                return route
-        if model is not None:
-            for route in self._routes:
-                if route.model == model and route.version is None:
-                    return route
-        where = f"model {model!r} " if model else ""
-        raise NotFound(
-            f"version {version_id!r} of {where}is not routed by this gateway"
-            if model
-            else f"version {version_id!r} is not routed by this gateway"
-        )
 
-    def _model(self, model: str) -> RouteSettings:
-        candidates = [r for r in self._routes if r.model == model]
-        for route in candidates:
-            if route.version is None:
-                return route
-        if candidates:
-            return candidates[0]
-        raise NotFound(f"model {model!r} is not routed by this gateway")
-
-    def model_routes(self, model: str) -> list[RouteSettings]:
-        """Every route of ``model`` (for the models and versions endpoints)."""
-        return [r for r in self._routes if r.model == model]
-
-    def deployment_route(self, name: str) -> RouteSettings:
-        """The route serving deployment ``name`` (``NotFound`` otherwise)."""
-        return self._deployment(name)
+def _model(routes: list[RouteSettings], model: str) -> RouteSettings:
+    candidates = [r for r in routes if r.model == model]
+    for route in candidates:
+        if route.version is None:
+            return route
+    if candidates:
+        return candidates[0]
+    raise NotFound(f"model {model!r} is not routed by this gateway")

@@ -147,6 +147,7 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         deployment=new.deployment,
         route=new.route,
         provider=spec.candidate if arm == "shadow" else spec.provider,
+        target=routed.route.candidate_target if arm == "shadow" else routed.route.target,
         input=new.input,
         logs=new.logs,
         callback_token=ids.callback_token(),
@@ -155,5 +156,6 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         priority=SHADOW_PRIORITY,
         arm=arm,
         shadow_of=new.id,
+        tenant=new.tenant,
     )
 

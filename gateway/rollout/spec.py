@@ -4,9 +4,14 @@ A route's *spec* is what an operator changes while the gateway runs: the control
 ``provider``, the ``candidate``, the canary and shadow percents, the caller key that
 makes the canary sticky, the guard thresholds, and the shadow input policy
 (:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
-and comparison thresholds (:class:`shadow.thresholds.Thresholds`).
-The config file seeds it; the store holds it (:mod:`gateway.store.routes`). Every model
-here is frozen and refuses unknown fields, so a malformed change is refused whole.
+and comparison thresholds (:class:`shadow.thresholds.Thresholds`), and its ``maps``
+per provider (:class:`gateway.maps.MapSpec`, docs/translation.md).
+The config file seeds it; the store holds it (:mod:`gateway.store.routes`). A route as
+configured (``[[routes]]``, :class:`RouteSettings`) is its spec plus what only the config
+file says: which model, version or deployment it serves, the providers' own names for
+the model, its input schema and its priority; :meth:`RouteSettings.spec` is the spec it
+seeds. Every model here is frozen and refuses unknown fields, so a malformed change is
+refused whole.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contracts.replicate import VERSION_ID_RE
+from gateway.maps import MapSpec, map_problems
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
@@ -27,6 +34,7 @@ __all__ = [
     "AuditEntry",
     "CallerKey",
     "GuardSettings",
+    "RouteSettings",
     "RouteSpec",
     "ShadowBudget",
     "change_problem",
@@ -41,6 +49,7 @@ ARMS = ("control", "candidate", "shadow", "baseline")
 HIDDEN_ARMS = ("shadow", "baseline")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class _Frozen(BaseModel):
@@ -166,6 +175,7 @@ class RouteSpec(_Frozen):
     shadow_policy: ShadowPolicy | None = None
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+    maps: dict[str, MapSpec] = Field(default_factory=dict)
     #: Set live only (``cutover routes pause-guard``): the guard still counts, never acts.
     guard_paused: bool = False
 
@@ -184,16 +194,96 @@ class RouteSpec(_Frozen):
             raise ValueError("the candidate must be another provider than the control")
         return self
 
+    @model_validator(mode="after")
+    def _maps_compile(self) -> RouteSpec:
+        """A map that does not compile is refused with jq's message (docs/translation.md)."""
+        if problems := map_problems(self.maps):
+            raise ValueError("; ".join(problems))
+        return self
+
     def stored(self) -> dict[str, Any]:
         """The JSON form kept in the store (``caller_key`` as its text form;
-        ``guard_paused`` only while true, so a spec stored before it existed, and its
-        config digest, read the same)."""
-        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused"})
+        ``guard_paused`` only while true and ``maps`` only when there are some, so a spec
+        stored before they existed, and its config digest, read the same:
+        :func:`gateway.store.routes.config_hash`)."""
+        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused", "maps"})
         if data["guard"] is not None and data["guard"]["stuck_after_s"] is None:
             del data["guard"]["stuck_after_s"]  # the default: digests of older specs hold
         if self.guard_paused:
             data["guard_paused"] = True
+        if self.maps:
+            data["maps"] = {name: spec.model_dump(mode="json") for name, spec in self.maps.items()}
         return {**data, "caller_key": str(self.caller_key)}
+
+
+class RouteSettings(RouteSpec):
+    """``[[routes]]``: which provider serves a model (optionally one version of it).
+
+    ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
+    share of new predictions to the candidate instead. ``openapi_schema`` is the model's
+    schema (docs/validation.md): inline, a path to a JSON file, or ``"provider"`` to read
+    it once from the provider (a built Cog image's ``/openapi.json``); undeclared input
+    fields are dropped, or refused (422) with ``strict_inputs``. ``priority``
+    (-100..100, default 0): when a provider is at capacity, waiting jobs of higher-priority
+    routes go first (docs/limits.md).
+    ``target`` is the control provider's own name for the model (a fal app id, a RunPod
+    endpoint id, an OpenAI-compatible model name, a Replicate ``owner/name[:version]``;
+    docs/providers.md), ``candidate_target`` the candidate's.
+    The canary sends that
+    share of callers (by ``caller_key``: ``token``, ``header:NAME`` or ``input:FIELD``) to
+    the candidate instead; ``shadow_percent`` of the control's predictions that pass
+    ``shadow_policy`` (none: nothing is shadowed) also run hidden, within
+    ``shadow_budget``: on the candidate, or for ``baseline_percent`` of them on the control
+    a second time (the noise baseline), compared under ``shadow_thresholds``;
+    ``guard`` rolls the canary back on a breach. These seed the route's live spec in the
+    store on first start (docs/canary.md); later changes go through ``cutover routes``.
+    The spec's fields (``provider`` to ``shadow_thresholds``) come from :class:`RouteSpec`.
+    """
+
+    model: str
+    version: str | None = None
+    deployment: str | None = None
+    target: str | None = Field(default=None, min_length=1, max_length=255)
+    candidate_target: str | None = Field(default=None, min_length=1, max_length=255)
+    openapi_schema: dict[str, Any] | str | None = None
+    strict_inputs: bool = False
+    priority: int = Field(default=0, ge=-100, le=100)
+    tenants: list[str] | None = Field(default=None, min_length=1)
+
+    @field_validator("model", "deployment")
+    @classmethod
+    def _owner_name(cls, value: str | None) -> str | None:
+        if value is not None and not _MODEL_RE.match(value):
+            raise ValueError(f"{value!r} is not owner/name")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version_id(cls, value: str | None) -> str | None:
+        if value is not None and not VERSION_ID_RE.match(value):
+            raise ValueError(f"version {value!r} is not a 64-character lowercase hex id")
+        return value
+
+    @model_validator(mode="after")
+    def _storable(self) -> RouteSettings:
+        """Each prediction stores these, in columns of 255 characters."""
+        for what, name in (("model", self.model), ("deployment", self.deployment),
+                           ("route", route_key(self.model, self.version))):
+            if name is not None and len(name) > 255:  # jobs.model, deployment, route
+                raise ValueError(f"the {what} {name[:40]!r}... is longer than 255 characters")
+        return self
+
+    @model_validator(mode="after")
+    def _maps_compile(self) -> RouteSettings:
+        """As the spec's check, naming the route: a map that does not compile stops the
+        gateway (and ``cutover check``) naming the route, the provider and jq's message."""
+        if problems := map_problems(self.maps):
+            raise ValueError(f"route {route_key(self.model, self.version)}: " + "; ".join(problems))
+        return self
+
+    def spec(self) -> RouteSpec:
+        """The live spec this route seeds."""
+        return RouteSpec.model_validate(self.model_dump(include=set(RouteSpec.model_fields)))
 
 
 def change_problem(before: RouteSpec, after: RouteSpec) -> str | None:

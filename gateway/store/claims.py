@@ -161,10 +161,11 @@ class Claims(DispatchClaims):
                 .values(next_attempt_at=until)
             )
 
-    async def check_now(self, job_id: str) -> None:
-        """Make a submitted, active job's next poll due now (an unsigned webhook's poke)."""
+    async def check_now(self, job_id: str) -> bool:
+        """Make a submitted, active job's next poll due now (an unsigned webhook's poke);
+        False when the job is not (or no longer) active and submitted."""
         async with self._engine.begin() as conn:
-            await conn.execute(
+            done = await conn.execute(
                 jobs.update()
                 .where(
                     jobs.c.id == job_id,
@@ -173,6 +174,7 @@ class Claims(DispatchClaims):
                 )
                 .values(next_attempt_at=self._clock.now())
             )
+        return bool(done.rowcount)
 
     async def mark_lost(self, job_id: str) -> datetime:
         """Record when the provider was first found not to know the job; return that time."""
@@ -203,7 +205,7 @@ class Claims(DispatchClaims):
         query = sa.select(provider_events.c.id).where(
             provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
         )
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return (await conn.execute(query.limit(1))).first() is not None
 
     async def count_in_flight(self, provider: str) -> int:
@@ -263,7 +265,7 @@ class Claims(DispatchClaims):
             )
 
     async def _select(self, query: sa.Select[Any]) -> list[Job]:
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return [_job(row) for row in await conn.execute(query)]
 
     # --- cancel and deadlines -------------------------------------------------------

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import deliveries
 from gateway.store.engine.aio import Connection, Engine
-from gateway.store.outbox import DeliveryStatus
-from gateway.store.schema import endpoints
+from gateway.store.records import DeliveryStatus
+from gateway.store.schema import endpoints, jobs
 from gateway.store.schema import outbox as table
 
 __all__ = ["DeadLetterRows", "Ref"]
@@ -50,9 +50,11 @@ class DeadLetterRows:
     async def list_dead(
         self, *, since: datetime | None, until: datetime | None, limit: int
     ) -> list[dict[str, Any]]:
-        """Dead rows created in ``[since, until)``, newest first, without payloads."""
+        """Dead rows created in ``[since, until)``, newest first, without payloads, each
+        with its prediction's ``tenant``."""
         query = (
-            sa.select(*_COLUMNS)
+            sa.select(*_COLUMNS, jobs.c.tenant)
+            .join(jobs, jobs.c.id == table.c.job_id)
             .where(table.c.status == DeliveryStatus.DEAD, *_window(since, until))
             .order_by(table.c.created_at.desc(), table.c.id.desc())
             .limit(limit)
@@ -61,9 +63,11 @@ class DeadLetterRows:
             return [dict(row._mapping) for row in await conn.execute(query)]
 
     async def find(self, ref: Ref) -> dict[str, Any] | None:
-        """The row ``ref`` in any status, with its ``payload``; None if there is none."""
+        """The row ``ref`` in any status, with its ``payload`` and its prediction's
+        ``tenant``; None if there is none."""
         async with self._engine.connect() as conn:
-            row = (await conn.execute(sa.select(table).where(_ref(ref)))).first()
+            query = sa.select(table, jobs.c.tenant).join(jobs, jobs.c.id == table.c.job_id)
+            row = (await conn.execute(query.where(_ref(ref)))).first()
         return None if row is None else dict(row._mapping)
 
     async def revive(self, ref: Ref) -> list[int]:

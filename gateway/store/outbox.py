@@ -23,60 +23,27 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.job import Job, JobState
 from contracts.replicate import WebhookEvent
 from gateway import logs, wire
 from gateway.store.engine.aio import Connection
 from gateway.store.engine.errors import ValueRefused
+from gateway.store.handoff import Handed, Handoff
+from gateway.store.records import DeliveryStatus
 from gateway.store.schema import outbox
 
-if TYPE_CHECKING:
-    from gateway.store.handoff import Handed, Handoff
-
-__all__ = [
-    "DEFAULT_EVENTS", "TERMINAL_DELIVERY_STATUSES", "DeliveryStatus", "Plan", "Planner",
-    "new_msg_id",
-]
+__all__ = ["DEFAULT_EVENTS", "Plan", "Planner", "new_msg_id"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EVENTS = (WebhookEvent.OUTPUT, WebhookEvent.COMPLETED)
-
-
-class DeliveryStatus(StrEnum):
-    """An outbox row's ``status`` (docs/webhooks.md, "Outcomes, retries and dead letters").
-
-    Only ``pending`` rows are sent; every other status is terminal (:attr:`terminal`)
-    until an operator replays a ``dead`` one, which puts it back to ``pending``.
-    """
-
-    PENDING = "pending"  # waiting for its first attempt or a retry
-    DELIVERED = "delivered"  # the receiver answered 2xx
-    DEAD = "dead"  # dead-lettered: listed and replayable
-    SUPERSEDED = "superseded"  # never sent: a later snapshot or the completed event won
-    DROPPED = "dropped"  # a non-terminal event whose one attempt failed
-
-    @property
-    def terminal(self) -> bool:
-        """True for every status but ``pending``: the row is settled, nothing sends it."""
-        return self in TERMINAL_DELIVERY_STATUSES
-
-
-TERMINAL_DELIVERY_STATUSES = frozenset(
-    {
-        DeliveryStatus.DELIVERED,
-        DeliveryStatus.DEAD,
-        DeliveryStatus.SUPERSEDED,
-        DeliveryStatus.DROPPED,
-    }
-)
 
 
 # The statements every terminal write runs, built once.
@@ -159,7 +126,10 @@ class Planner:
     throttle_s : float
         Minimum seconds between two ``output`` (or two ``logs``) events of one job.
     stream_secret : str
-        The key of ``urls.stream`` tokens (payloads equal what GET returns).
+        The key of ``urls.stream`` tokens (payloads equal what GET returns): the
+        ``default`` tenant's.
+    stream_secrets : Mapping[str, str], optional
+        Other tenants' keys, by tenant (docs/security.md).
     handoff : Handoff or None
         Where new ``completed`` rows are leased to and handed, after their commit, when
         this process delivers webhooks (:mod:`gateway.store.handoff`); None: they wait
@@ -172,10 +142,11 @@ class Planner:
         base_url: str,
         throttle_s: float,
         stream_secret: str = "",
+        stream_secrets: Mapping[str, str] | None = None,
         handoff: Handoff | None = None,
     ) -> None:
         self._base_url = base_url
-        self._stream_secret = stream_secret
+        self._stream_secrets = {DEFAULT_TENANT: stream_secret, **(stream_secrets or {})}
         self._throttle = timedelta(seconds=throttle_s)
         self.handoff = handoff
 
@@ -198,7 +169,8 @@ class Planner:
         if not events:
             return Plan()
         try:
-            body = wire.prediction(new, self._base_url, stream_secret=self._stream_secret)
+            secret = self._stream_secrets.get(new.tenant)
+            body = wire.prediction(new, self._base_url, stream_secret=secret)
             payload = wire.compact_json(body.wire()).decode()
         except (ValueError, TypeError) as exc:
             raise ValueRefused(type(exc).__name__, f"not carriable in a webhook: {exc}") from exc

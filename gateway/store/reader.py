@@ -210,16 +210,18 @@ class JobReader:
         after: tuple[datetime, str] | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        tenant: str | None = None,
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest first (as :meth:`JobStore.page`)."""
+        """Up to ``limit`` jobs, newest first (as :meth:`JobStore.page`); only
+        ``tenant``'s unless None."""
         if self._fast.available:
-            sql, params = _page_sql(limit, before, after, created_after, created_before)
+            sql, params = _page_sql(limit, before, after, created_after, created_before, tenant)
             found = self._fast.page(sql, params)
             if found is not None:
                 return found[::-1] if after is not None else found
         return await self._store.page(
             limit=limit, before=before, after=after,
-            created_after=created_after, created_before=created_before,
+            created_after=created_after, created_before=created_before, tenant=tenant,
         )
 
 
@@ -229,9 +231,13 @@ def _page_sql(
     after: tuple[datetime, str] | None,
     created_after: datetime | None,
     created_before: datetime | None,
+    tenant: str | None = None,
 ) -> tuple[str, list[Any]]:
     where: list[str] = []
     params: list[Any] = []
+    if tenant is not None:  # first: ix_jobs_tenant_created_at_id leads with it
+        where.append("tenant = ?")
+        params.append(tenant)
     if after is not None:
         where.append("(created_at > ? OR (created_at = ? AND id > ?))")
         params += [_sqlite_time(after[0]), _sqlite_time(after[0]), after[1]]

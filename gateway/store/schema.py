@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from contracts.auth import DEFAULT_TENANT, TENANT_CHARS
+
 __all__ = [
     "assets",
     "console_sessions",
@@ -105,10 +107,14 @@ jobs = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Column("arm", sa.String(16), nullable=False, server_default="control"),
     sa.Column("shadow_of", sa.String(26)),
+    sa.Column("tenant", sa.String(TENANT_CHARS), nullable=False, server_default=DEFAULT_TENANT),
+    sa.Column("adopted", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("upstream", sa.JSON),  # an adopted prediction's object at the legacy provider
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
     sa.Index("ix_jobs_shadow_of", "shadow_of"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
+    sa.Index("ix_jobs_tenant_created_at_id", "tenant", "created_at", "id"),  # a tenant's list
     sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),
 )
 

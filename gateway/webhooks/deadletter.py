@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from contracts.auth import DEFAULT_TENANT
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.store.deadletters import DeadLetterRows, Ref
 
@@ -36,7 +37,8 @@ class Letter:
     """One outbox event as operators see it (``payload`` only when asked for).
 
     ``id`` is the outbox row id, ``msg_id`` the ``webhook-id`` the receiver sees,
-    ``prediction_id`` the job. Times are timezone-aware UTC.
+    ``prediction_id`` the job, ``tenant`` its tenant (docs/security.md). Times are
+    timezone-aware UTC.
     """
 
     id: int
@@ -53,12 +55,14 @@ class Letter:
     last_status_code: int | None
     last_error: str | None
     payload: Any = None
+    tenant: str = DEFAULT_TENANT
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], *, with_payload: bool = False) -> Letter:
         """A letter from a row of :class:`gateway.store.deadletters.DeadLetterRows`."""
         data = {k: v for k, v in row.items() if k in _FIELDS}
         data["prediction_id"] = row["job_id"]
+        data["tenant"] = row.get("tenant", DEFAULT_TENANT)
         data["payload"] = json.loads(row["payload"]) if with_payload else None
         return cls(**data)
 

@@ -37,17 +37,19 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
+from contracts.auth import DEFAULT_TENANT
 from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.deliveries import Candidate, DeliveryQueue
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.webhooks import signing
 from gateway.webhooks.attempt import Attempt, Decision, decide
 from gateway.webhooks.post import USER_AGENT, log_outcome, post
 from gateway.webhooks.post import host as _host
+from gateway.webhooks.signers import TenantSigners
 
 __all__ = ["Delivery"]
 
@@ -69,8 +71,8 @@ class Delivery(Loop):
         Claims rows and stores outcomes (its lease outlives one attempt's timeout).
     http : aiohttp.ClientSession
         From :func:`gateway.webhooks.post.open_session` (owned by the caller).
-    signer : signing.Signer
-        Signs each attempt.
+    signer : signing.Signer or TenantSigners
+        Signs each attempt (with its prediction's tenant's secret: docs/security.md).
     schedule : retry.Schedule
         Retry delays of ``completed`` events.
     notifier : Notifier
@@ -95,7 +97,7 @@ class Delivery(Loop):
         *,
         queue: DeliveryQueue,
         http: aiohttp.ClientSession,
-        signer: signing.Signer,
+        signer: signing.Signer | TenantSigners,
         schedule: retry.Schedule,
         notifier: Notifier,
         max_concurrency: int,
@@ -109,7 +111,8 @@ class Delivery(Loop):
         self._metrics = metrics
         self._queue = queue
         self._http = http
-        self._signer = signer
+        self._signers = signer if isinstance(signer, TenantSigners) else TenantSigners(
+            {DEFAULT_TENANT: signer})
         self._schedule = schedule
         self._max_concurrency = max_concurrency
         self._max_per_host = max_per_host or max_concurrency
@@ -322,8 +325,9 @@ class Delivery(Loop):
     async def attempt(self, row: OutboxRow) -> Decision:
         """POST one leased row, record the outcome, and return the decision."""
         body = row.payload.encode("utf-8")
+        signer = await self._signers.signer_for(row.job_id)
         now = self._clock.now()
-        headers = self._signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
+        headers = signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
         headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
         result = await post(self._http, row.url, body, headers)
         self._posted(row)

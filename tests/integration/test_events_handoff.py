@@ -23,11 +23,13 @@ from gateway.app import _EVENTS, OWNER
 from gateway.retry import Backoff
 from gateway.store import events as events_module
 from gateway.store.due import Due
-from gateway.store.events import ProviderEvent
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 

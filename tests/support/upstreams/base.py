@@ -10,7 +10,8 @@ of one provider's documented wire format and render its bodies.
   ``output_kind``) and finish by themselves.
 * :meth:`fault` queues raw answers for the next requests of one operation (``submit``,
   ``status``, ``result``, ``cancel``, ``any``): 429/5xx bursts with ``Retry-After``,
-  malformed, empty, null or 10 MB bodies.
+  malformed, empty, null or 10 MB bodies; status ``0`` closes the connection unanswered.
+  :attr:`FakeUpstream.times` records when each operation was asked.
 * Webhooks the provider would send are recorded in :attr:`deliveries`; in ``auto``
   mode (or with :attr:`send_webhooks`) they are also POSTed.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import mimetypes
 import ssl
 import time
 import uuid
@@ -93,6 +95,8 @@ class FakeUpstream:
         self.faults: deque[Fault] = deque()
         self.deliveries: list[Delivery] = []
         self.requests: list[tuple[str, str]] = []
+        self.fetched: list[str] = []  # names of files read from /files/{name}
+        self.times: list[tuple[str, float]] = []  # (op, time.monotonic())
         self.ssl_context: ssl.SSLContext | None = None
         self.app = web.Application(client_max_size=64 * 1024**2)
         self.app.router.add_get("/files/{name}", self._file)
@@ -224,12 +228,17 @@ class FakeUpstream:
     def faulted(self, op: str, request: web.Request) -> web.Response | None:
         """Record the request; a queued fault's answer for ``op``, if any."""
         self.requests.append((op, request.path))
+        self.times.append((op, time.monotonic()))
         for fault in self.faults:
             if fault.op in (op, "any"):
                 fault.times -= 1
                 if fault.times <= 0:
                     self.faults.remove(fault)
-                return web.Response(status=fault.status, body=fault.body, headers=fault.headers)
+                if fault.status == 0:  # the connection drops before any answer
+                    assert request.transport is not None
+                    request.transport.close()
+                return web.Response(status=fault.status or 500, body=fault.body,
+                                    headers=fault.headers)
         return None
 
     def on_change(self, job: UpJob, event: str) -> None:
@@ -270,10 +279,12 @@ class FakeUpstream:
             pass  # like most providers here: one attempt (tests deliver by hand otherwise)
 
     async def _file(self, request: web.Request) -> web.Response:
+        self.fetched.append(request.match_info["name"])
         data = self.files.get(request.match_info["name"])
         if data is None:
             return web.Response(status=404)
-        return web.Response(body=data, content_type="text/plain")
+        kind = mimetypes.guess_type(request.match_info["name"])[0] or "text/plain"
+        return web.Response(body=data, content_type=kind)
 
 
 def json_body(request_body: bytes) -> Any:
