@@ -255,6 +255,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             stream_secrets=app[keys.TENANT_SECRETS],
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
+            metrics=app[keys.METRICS],
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),

@@ -42,7 +42,8 @@ class OutputFile(BaseModel):
         The URL the app sees in the prediction's ``output``; strings of the output equal to
         it are read as "this file", not as text. Reports may link or show it.
     path : Path or None
-        A local file holding the bytes, read by :func:`read_path` when no reader is given.
+        A local file holding the bytes, read by :func:`read_path` when no reader is given;
+        never serialised (a report shows no server file-system path).
     key : str or None
         The storage key, for a caller-supplied :data:`Reader`.
     """
@@ -53,7 +54,7 @@ class OutputFile(BaseModel):
     size_bytes: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     url: str | None = None
-    path: Path | None = None
+    path: Path | None = Field(default=None, exclude=True)
     key: str | None = None
 
     @property

@@ -25,6 +25,7 @@ from shadow.thresholds import Thresholds
 __all__ = [
     "FORMATS",
     "CostSummary",
+    "Coverage",
     "Latency",
     "MeasureSummary",
     "Mismatch",
@@ -83,6 +84,24 @@ class CostSummary(BaseModel):
     ratio: float | None
 
 
+class Coverage(BaseModel):
+    """How many eligible primaries got a shadow that reached its provider, and how many
+    got none, by reason (``policy_size``, ``policy_field``, ``budget``, ``queue_full``,
+    ``provider_refused``; docs/shadow.md, "Skips"); None in a report built without it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shadowed: int
+    skipped: dict[str, int]
+
+    @property
+    def line(self) -> str:
+        """``n shadowed, m skipped: k reason, ...`` (``m skipped`` alone when none)."""
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
+        total = sum(self.skipped.values())
+        return f"{self.shadowed} shadowed, {total} skipped" + (f": {reasons}" if reasons else "")
+
+
 class Mismatch(BaseModel):
     """A reported pair, with everything needed to show both sides."""
 
@@ -115,6 +134,7 @@ class Report(BaseModel):
     worst: tuple[Mismatch, ...]
     verdict: verdict.Verdict
     notes: tuple[str, ...]
+    coverage: Coverage | None = None
 
 
 def build(
@@ -127,6 +147,7 @@ def build(
     now: datetime | None = None,
     worst: int = 10,
     has_candidate: bool = True,
+    coverage: Coverage | None = None,
 ) -> Report:
     """Aggregate control-vs-candidate pairs against control-vs-control ones.
 
@@ -147,6 +168,8 @@ def build(
         How many reported pairs to keep, contract breaks first, then by severity.
     has_candidate : bool
         False when the route has no candidate provider: the verdict is ``no-candidate``.
+    coverage : Coverage or None
+        Shadows made and skipped in the window (the store's count), shown as is.
     """
     thresholds = thresholds or Thresholds()
     given = list(pairs)
@@ -182,6 +205,7 @@ def build(
         worst=tuple(ranked[:worst]),
         verdict=verdict.Verdict(decision="hold", line=""),
         notes=_notes(base, thresholds, canceled=len(given) - len(found)),
+        coverage=coverage,
     )
     return report.model_copy(update={"verdict": verdict.decide(report)})
 

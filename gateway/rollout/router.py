@@ -26,7 +26,7 @@ from gateway.config import RouteSettings
 from gateway.rollout import canary
 from gateway.rollout.spec import RouteSpec, route_key
 
-__all__ = ["Caller", "Routed", "Router", "spec_of"]
+__all__ = ["Caller", "Routed", "Router", "spec_of", "target_of"]
 
 
 def spec_of(route: RouteSettings) -> RouteSpec:
@@ -62,7 +62,7 @@ class Routed:
         return route_key(self.route.model, self.route.version)
 
 
-def _target(route: RouteSettings, provider: str) -> str | None:
+def target_of(route: RouteSettings, provider: str) -> str | None:
     """The provider's own name for the route's model: ``target`` belongs to the file's
     ``provider``, ``candidate_target`` to its ``candidate``, whichever arm each serves now
     (after a promote the candidate is the control, docs/canary.md "Promote")."""
@@ -132,7 +132,7 @@ class Router:
             version=version,
             deployment=request.deployment,
             provider=provider,
-            target=_target(route, provider),
+            target=target_of(route, provider),
             arm=arm,
             spec=spec,
         )
