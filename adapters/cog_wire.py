@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters import errortext
 from adapters.transport import parse_retry_after
 from contracts.errors import ContractViolation, ProviderBusy, UpstreamRejected, UpstreamRetryable
 from contracts.job import JobState
@@ -84,7 +85,7 @@ def model_error(error: str | None) -> str | None:
     text = error
     while text.startswith(_FAILED_PREFIX) and text[len(_FAILED_PREFIX):].strip():
         text = text[len(_FAILED_PREFIX):]
-    return text
+    return errortext.one_line(text)
 
 
 def parse_timestamp(value: object) -> datetime | None:

@@ -12,9 +12,13 @@ Wire format:
   failure and cancel alike: it is resolved only by reading the result, at once (results
   expire after 1 h, 6 min when >= 10 KB).
 - Result: ``GET {base}/{owner}/{app}/requests/{id}`` answers with the model's own status:
-  2xx -> succeeded, 499 -> canceled, 404/410 -> failed (expired), 422 and other 4xx ->
-  failed with fal's ``detail``; a 5xx with a JSON ``detail`` is the model's failure, any
-  other 5xx is fal's ingress and is retried.
+  2xx -> succeeded, 499 -> canceled, a 4xx with fal's ``detail`` (422) -> failed
+  ``model_refused`` with the detail (its echoed ``input`` dropped), 401/403 -> failed
+  ``gateway_credentials`` (logged as ``provider_credentials_refused``). 429, 5xx,
+  404/410, a 4xx without ``detail`` or no connection raise ``OutcomeUnreadable``: the
+  poller reads again with backoff (``Retry-After`` honoured) for
+  ``result_retry_window_s``, then fails the job ``provider_fault``. A status carrying
+  ``error`` ("Invalid status code: 422") still reads the result, for fal's own message.
 - Cancel: ``PUT .../requests/{id}/cancel`` -> ``CANCELLATION_REQUESTED`` (True) or
   ``ALREADY_COMPLETED`` / ``NOT_FOUND`` (False). A request, never an outcome.
 - Webhooks: one POST on completion, ``{"request_id", "status": "OK"|"ERROR", "payload",
@@ -33,21 +37,34 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from adapters import fal_webhook, transport
+from adapters import errortext, fal_webhook, transport
 from contracts.errors import (
     ContractViolation,
+    OutcomeUnreadable,
     UpstreamRejected,
     UpstreamRetryable,
 )
 from contracts.job import JobState
-from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
+from contracts.snapshot import (
+    Capabilities,
+    ErrorClass,
+    ProviderRef,
+    ProviderSnapshot,
+    SubmitRequest,
+)
 
-__all__ = ["DEFAULT_BASE_URL", "STATUS_MAP", "FalAdapter", "map_status"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_RESULT_RETRY_WINDOW_S", "STATUS_MAP", "FalAdapter",
+           "map_status"]
 
 DEFAULT_BASE_URL = "https://queue.fal.run"
 EXPIRED_ERROR = (
     "fal no longer has this result (it keeps results 1 hour, 6 minutes when 10 KB or more)"
 )
+DEFAULT_RESULT_RETRY_WINDOW_S = 300.0
+_AUTH_CODES = (401, 403)
+_STATUS_ALLOW = (401, 403, 404, 410)
+#: 4xx result answers that are no refusal: read again (not there yet, or a blip).
+_REREAD_4XX = frozenset({404, 408, 410, 425, 429})
 _log = logging.getLogger(__name__)
 
 #: fal's raw status -> canonical state. ``COMPLETED`` is provisional: the result decides.
@@ -121,6 +138,8 @@ class FalAdapter:
         Where fal publishes its webhook keys.
     request_timeout_s, fetch_interval_s, fetch_max_interval_s, rate_limit_per_s
         Call timeout; first and largest poll interval; requests per second (None: none).
+    result_retry_window_s : float
+        Seconds a result read failing after ``COMPLETED`` is retried (then ``provider_fault``).
     clock : callable or None
         Unix seconds for the signature window (tests).
     transport : httpx.AsyncBaseTransport or None
@@ -140,6 +159,7 @@ class FalAdapter:
         fetch_interval_s: float = 2.0,
         fetch_max_interval_s: float = 30.0,
         rate_limit_per_s: float | None = None,
+        result_retry_window_s: float = DEFAULT_RESULT_RETRY_WINDOW_S,
         clock: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
         ca_file: str | None = None,
@@ -152,6 +172,7 @@ class FalAdapter:
         self._http = _upstream(name, base_url, token, request_timeout_s, rate_limit_per_s,
                                transport, ca_file)
         self._jwks_url = jwks_url
+        self._result_window_s = result_retry_window_s
         extra = {"clock": clock} if clock is not None else {}
         self._keys = fal_webhook.JwksCache(self._fetch_jwks, **extra)
 
@@ -179,11 +200,20 @@ class FalAdapter:
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """The status, and for ``COMPLETED`` the result (see the module docstring).
 
-        A body that is not a fal status or result fails the job with a readable error.
+        A body that is not a fal status fails the job with a readable error; a 401/403
+        fails it as ``gateway_credentials``.
+
+        Raises
+        ------
+        OutcomeUnreadable
+            ``COMPLETED``, but the result read answered 429, 5xx, 404/410, another 4xx
+            without a ``detail``, or did not connect: read again later.
         """
         base = _requests_path(self.name, ref)
         response = await self._http.request("status", "GET", base + "/status",
-                                            params={"logs": "true"}, allow=(404, 410))
+                                            params={"logs": "true"}, allow=_STATUS_ALLOW)
+        if response.status_code in _AUTH_CODES:
+            return self._credentials(ref, "status", response)
         if response.status_code in (404, 410):
             return self._failed(ref, "expired", EXPIRED_ERROR)
         try:
@@ -191,19 +221,23 @@ class FalAdapter:
         except ContractViolation as exc:
             return self._failed(ref, "unreadable", exc.detail)
         state = map_status(status.status)
-        if status.error:
-            kind = f" ({status.error_type})" if status.error_type else ""
-            return self._failed(ref, status.status, f"{status.error}{kind}")
-        if state is not JobState.COMPLETED:
-            return ProviderSnapshot(
-                provider_job_id=ref.provider_job_id, state=state, raw_status=status.status,
-                logs=_logs(status), error=None, metrics=status.metrics or {},
-            )
-        return await self._result(ref, base, status)
+        if status.error or state is JobState.COMPLETED:  # the result has fal's own words
+            return await self._result(ref, base, status)
+        return ProviderSnapshot(
+            provider_job_id=ref.provider_job_id, state=state, raw_status=status.status,
+            logs=_logs(status), error=None, metrics=status.metrics or {},
+        )
 
     async def _result(self, ref: ProviderRef, base: str, status: _Status) -> ProviderSnapshot:
-        response = await self._http.call("result", "GET", base)
+        try:
+            response = await self._http.call("result", "GET", base)
+        except UpstreamRetryable as exc:  # could not connect, timed out, dropped
+            raise self._unreadable(ref, status, exc.detail, exc.retry_after_s) from exc
         code = response.status_code
+        if code < 300 and status.error:  # the status says it failed: trust that
+            return self._failed(ref, "COMPLETED(error)", errortext.one_line(
+                f"{self.name}: provider fault: the status reports {_status_error(status)}"
+                " but the result read answered 2xx"), ErrorClass.PROVIDER_FAULT)
         if code < 300:
             try:
                 output = transport.json_body(self.name, "result", response)
@@ -217,13 +251,37 @@ class FalAdapter:
         if code == 499:
             return ProviderSnapshot(provider_job_id=ref.provider_job_id,
                                     state=JobState.CANCELED, raw_status="COMPLETED(499)")
-        if code in (404, 410):
-            return self._failed(ref, f"COMPLETED({code})", EXPIRED_ERROR)
+        if code in _AUTH_CODES:
+            return self._credentials(ref, "result", response)
         detail = _detail(response)
-        if code >= 500 and detail is None:
-            self._http.raise_for_status("result", response)  # fal's ingress: retried
+        if 400 <= code < 500 and code not in _REREAD_4XX and detail is not None:
+            return self._failed(ref, f"COMPLETED({code})", errortext.one_line(
+                f"{self.name}: the model refused the input: {detail}"),
+                ErrorClass.MODEL_REFUSED)
         text = detail or transport.excerpt(response.content)
-        return self._failed(ref, f"COMPLETED({code})", f"{self.name}: the model failed: {text}")
+        retry_after = transport.parse_retry_after(response.headers.get("retry-after"))
+        raise self._unreadable(ref, status, f"{self.name}: result answered {code}: {text}",
+                               retry_after)
+
+    def _unreadable(self, ref: ProviderRef, status: _Status, why: str,
+                    retry_after_s: float | None) -> OutcomeUnreadable:
+        """A failed result read after ``COMPLETED``: read again, for ``result_retry_window_s``."""
+        why = errortext.one_line(why, 600)
+        said = f"; the status reported {_status_error(status)}" if status.error else ""
+        final = self._failed(ref, "COMPLETED(unread)", errortext.one_line(
+            f"{self.name}: provider fault: the result could not be read for "
+            f"{self._result_window_s:g} s after COMPLETED (last: {why}){said}"),
+            ErrorClass.PROVIDER_FAULT)
+        return OutcomeUnreadable(why, final=final, window_s=self._result_window_s,
+                                 retry_after_s=retry_after_s)
+
+    def _credentials(self, ref: ProviderRef, action: str,
+                     response: httpx.Response) -> ProviderSnapshot:
+        code = response.status_code  # the finalizer raises the operator alert
+        return self._failed(ref, f"{action}({code})", errortext.one_line(
+            f"{self.name}: the provider refused the gateway's credentials ({action} answered "
+            f"{code}: {_detail(response) or transport.excerpt(response.content)}); the "
+            "operator must check the provider's token"), ErrorClass.GATEWAY_CREDENTIALS)
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``PUT .../cancel``; True for ``CANCELLATION_REQUESTED`` (or ``OK``)."""
@@ -264,9 +322,13 @@ class FalAdapter:
         if "499" in error:
             return ProviderSnapshot(provider_job_id=pid, state=JobState.CANCELED,
                                     raw_status="ERROR(499)")
-        text = f"{error}: {transport.excerpt(str(detail))}" if detail else error
-        return ProviderSnapshot(provider_job_id=pid, state=JobState.FAILED,
-                                raw_status="ERROR", error=f"{self.name}: {text}")
+        if detail:
+            text = f"{self.name}: the model refused the input: {errortext.fal_detail(detail)}"
+        else:
+            text = f"{self.name}: {error}"
+        kind = ErrorClass.MODEL_REFUSED if detail and "Invalid status code: 4" in error else None
+        return ProviderSnapshot(provider_job_id=pid, state=JobState.FAILED, raw_status="ERROR",
+                                error=errortext.one_line(text), error_class=kind)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -278,9 +340,10 @@ class FalAdapter:
             raise UpstreamRetryable(exc.detail) from exc
 
     @staticmethod
-    def _failed(ref: ProviderRef, raw: str, error: str) -> ProviderSnapshot:
+    def _failed(ref: ProviderRef, raw: str, error: str,
+                error_class: ErrorClass | None = None) -> ProviderSnapshot:
         return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
-                                raw_status=raw, error=error)
+                                raw_status=raw, error=error, error_class=error_class)
 
 
 def _upstream(
@@ -318,9 +381,16 @@ def _metrics(status: _Status) -> dict[str, Any]:
 
 
 def _detail(response: httpx.Response) -> str | None:
+    """fal's ``detail`` (a string, or a list of field errors) in fal's words, without
+    the echoed input (:func:`adapters.errortext.fal_detail`)."""
     try:
         body = response.json()
     except ValueError:
         return None
     detail = body.get("detail") if isinstance(body, Mapping) else None
-    return transport.excerpt(str(detail)) if detail else None
+    return errortext.one_line(errortext.fal_detail(detail), 800) if detail else None
+
+
+def _status_error(status: _Status) -> str:
+    kind = f" ({status.error_type})" if status.error_type else ""
+    return f"{status.error}{kind}"

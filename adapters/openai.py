@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
+from adapters import errortext, openai_schema, transport
 from adapters import openai_mapping as mapping
-from adapters import openai_schema, transport
 from contracts.errors import (
     CapabilityMissing,
     UpstreamRejected,
@@ -285,7 +285,9 @@ class OpenAIAdapter:
                     self._read_whole(call, response)
                     return
                 if not await self._read_events(call, response):
-                    raise _Failed(f"{self.name}: the stream ended before [DONE]")
+                    raise _Failed(
+                        f"{self.name}: the stream ended before [DONE] or a finish_reason"
+                    )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise _Retry(f"{self.name}: cannot connect ({type(exc).__name__})", None,
                          unsent=True) from exc
@@ -297,28 +299,50 @@ class OpenAIAdapter:
         call.output = list(call.chunks)
 
     async def _read_events(self, call: _Call, response: httpx.Response) -> bool:
-        """Apply each ``data:`` event; True when the stream ended with ``[DONE]``."""
+        """Apply each ``data:`` event; True when the stream is complete: it ended with
+        ``[DONE]``, or at EOF after a chunk that carried a ``finish_reason`` (TGI sends no
+        ``[DONE]``). An in-band error (a ``data: {"error": ...}`` event, an ``event:
+        error``, llama.cpp's ``error:`` field) raises ``_Failed`` with its message."""
+        finished, event = False, ""
         async for line in response.aiter_lines():
-            if not line.startswith("data:"):
+            if not line:
+                event = ""
                 continue
-            data = line[5:].strip()
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
+            field = "error" if line.startswith("error:") else "data"
+            if not line.startswith(field + ":"):
+                continue
+            data = line[len(field) + 1 :].strip()
             if data == "[DONE]":
                 return True
             try:
                 chunk = json.loads(data)
             except ValueError:
+                if field == "error" or event == "error":
+                    raise _Failed(self._in_band(data)) from None
                 raise _Failed(
                     f"{self.name}: a streamed event is not JSON: {transport.excerpt(data)}"
                 ) from None
+            if field == "error" or event == "error" or mapping.stream_error(chunk) is not None:
+                raise _Failed(self._in_band(mapping.stream_error(chunk) or chunk))
             text = mapping.delta_of(self._api, chunk)
             if text:
                 call.chunks.append(text)
                 call.output = list(call.chunks)
             call.metrics.update(mapping.usage_metrics(chunk))
             reason = mapping.finish_reason(chunk)
+            finished = finished or reason is not None
             if reason and reason != "stop":
                 call.logs.append(f"finish_reason: {reason}")
-        return False
+        return finished
+
+    def _in_band(self, error: Any) -> str:
+        return errortext.one_line(
+            f"{self.name}: the server reported an error in the stream: "
+            f"{mapping.error_text(error)}"
+        )
 
     def _check(self, response: httpx.Response) -> None:
         code = response.status_code

@@ -32,7 +32,16 @@ from typing import Any, Literal
 
 from contracts.errors import UpstreamRejected
 
-__all__ = ["API_PATHS", "IMAGE_KEYS", "SAMPLING_KEYS", "Api", "build_request", "output_of"]
+__all__ = [
+    "API_PATHS",
+    "IMAGE_KEYS",
+    "SAMPLING_KEYS",
+    "Api",
+    "build_request",
+    "error_text",
+    "output_of",
+    "stream_error",
+]
 
 Api = Literal["chat", "completions", "images"]
 
@@ -184,3 +193,34 @@ def usage_metrics(body: Any) -> dict[str, Any]:
         return {}
     names = {"prompt_tokens": "input_token_count", "completion_tokens": "output_token_count"}
     return {dst: usage[src] for src, dst in names.items() if isinstance(usage.get(src), int)}
+
+
+def stream_error(chunk: Any) -> Any:
+    """The ``error`` of an in-band error event, or None for an ordinary chunk.
+
+    Servers report a failure after the 200 inside the stream: ``{"error": "...",
+    "error_type": ...}`` (TGI), ``{"error": {"message", "type", "code"}}`` (vLLM, SGLang,
+    LiteLLM, llama.cpp), sometimes with ``"object": "error"`` at the top
+    (docs/providers.md, "OpenAI-compatible").
+    """
+    if not isinstance(chunk, Mapping):
+        return None
+    if chunk.get("error") not in (None, ""):
+        return chunk
+    if chunk.get("object") == "error":
+        return chunk
+    return None
+
+
+def error_text(error: Any) -> str:
+    """An in-band error's own words: ``message`` (or the string), with its type or code."""
+    if isinstance(error, Mapping):
+        inner = error.get("error", error)
+        if isinstance(inner, Mapping):
+            message = inner.get("message") or inner.get("msg") or str(dict(inner))
+            kind = inner.get("type") or inner.get("code")
+        else:
+            message = inner if isinstance(inner, str) else str(inner)
+            kind = error.get("error_type") or error.get("type")
+        return f"{message} ({kind})" if kind else str(message)
+    return str(error)

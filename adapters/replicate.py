@@ -17,6 +17,9 @@ is the root as the Python client takes it, without ``/v1``.
 - Status: ``GET /v1/predictions/{id}``, mapped by :data:`STATUS_MAP`; ``aborted``
   (never started) is a failure, since the 1.x clients cannot read it.
 - Cancel: ``POST /v1/predictions/{id}/cancel``.
+- Lookup (the legacy provider, docs/cutover-day.md): ``GET /v1/predictions/{id}`` of a
+  prediction the gateway did not create, as the upstream's object; ``GET /v1/predictions``
+  pages of the account's predictions (newest first, by cursor) for ``cutover import``.
 - Webhooks: Standard Webhooks (``webhook-id``, ``webhook-timestamp``,
   ``webhook-signature``), keyed by the account's secret from
   ``GET /v1/webhooks/default/secret``, fetched on first use and again (at most once a
@@ -38,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError as _SwError
 
-from adapters import transport
+from adapters import errortext, transport
 from contracts.errors import (
     ContractViolation,
     UpstreamRejected,
@@ -49,7 +52,8 @@ from contracts.job import JobState
 from contracts.replicate import WebhookEvent
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
 
-__all__ = ["DEFAULT_BASE_URL", "INLINE_DATA_URI_BYTES", "STATUS_MAP", "ReplicateAdapter"]
+__all__ = ["DEFAULT_BASE_URL", "INLINE_DATA_URI_BYTES", "STATUS_MAP", "ReplicateAdapter",
+           "snapshot_of"]
 
 _Upstream = transport.Upstream  # the parameter named ``transport`` hides the module
 
@@ -84,13 +88,24 @@ class _Prediction(BaseModel):
 
     def snapshot(self) -> ProviderSnapshot:
         state = map_status(self.status)
-        error = None if self.error in (None, "") else str(self.error)
+        error = None if self.error in (None, "") else errortext.one_line(str(self.error))
         if state is JobState.FAILED and error is None:
             error = f"the upstream prediction ended {self.status}"
         return ProviderSnapshot(
             provider_job_id=self.id, state=state, raw_status=self.status,
             output=self.output, logs=self.logs, error=error, metrics=self.metrics or {},
         )
+
+
+def snapshot_of(raw: Any) -> ProviderSnapshot:
+    """A Replicate prediction object (a list page's item) as a snapshot.
+
+    Raises ``ContractViolation`` when it is not a prediction.
+    """
+    try:
+        return _Prediction.model_validate(raw).snapshot()
+    except ValidationError as exc:
+        raise ContractViolation(f"not a prediction: {transport.describe(exc)}") from exc
 
 
 class ReplicateAdapter:
@@ -170,6 +185,41 @@ class ReplicateAdapter:
         except ContractViolation as exc:
             return ProviderSnapshot(provider_job_id=ref.provider_job_id, state=JobState.FAILED,
                                     raw_status="unreadable", error=exc.detail)
+
+    async def lookup(self, prediction_id: str) -> tuple[dict[str, Any], ProviderSnapshot] | None:
+        """The upstream's own object for ``prediction_id`` and its snapshot; None on 404.
+
+        Raises ``UpstreamRetryable`` (5xx, 429, cannot connect) and ``ContractViolation``
+        (an answer that is not a prediction).
+        """
+        response = await self._http.request("lookup", "GET", _path(prediction_id),
+                                            allow=(404,))
+        if response.status_code == 404:
+            return None
+        prediction = transport.parse(self.name, "lookup", response, _Prediction)
+        raw = transport.json_body(self.name, "lookup", response)
+        if prediction.id != prediction_id or not isinstance(raw, dict):
+            raise ContractViolation(f"{self.name}: the lookup of {prediction_id!r} answered "
+                                    f"another prediction ({prediction.id!r})")
+        return raw, prediction.snapshot()
+
+    async def list_page(self, url: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of ``GET /v1/predictions`` (``url``: a page's ``next``, on this
+        upstream's host): its prediction objects and the next page's URL (None: the last).
+
+        Raises ``UpstreamRetryable`` and ``ContractViolation`` (not a page).
+        """
+        path = "/v1/predictions"
+        if url:
+            parts = urllib.parse.urlsplit(url)
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
+        body = transport.json_body(self.name, "list", await self._http.request("list", "GET", path))
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list):
+            raise ContractViolation(f"{self.name}: the prediction list has no results")
+        following = body.get("next")
+        return ([r for r in results if isinstance(r, dict)],
+                following if isinstance(following, str) and following else None)
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """``POST /v1/predictions/{id}/cancel``; True unless it was already over."""

@@ -13,8 +13,10 @@ endpoint id, ``Authorization: Bearer $RUNPOD_API_KEY``):
   carrying an ``error`` is a failure. A 404 for a job we submitted means RunPod dropped
   it (TTL or result retention, 30 min): failed, unless the job is already final (the
   finalizer then ignores it).
-- Cancel: ``POST {base}/{endpoint}/cancel/{id}`` -> ``{"status": "CANCELLED"}``; the
-  outcome still comes from the status.
+- Cancel: ``POST {base}/{endpoint}/cancel/{id}`` -> ``{"status": "CANCELLED"}``: RunPod's
+  terminal state, so the prediction ends ``canceled`` at once and stays so (a worker that
+  finishes afterwards cannot turn it ``succeeded``: providers.md §3.4, "treat the first
+  terminal state as final"); later reports are logged as ``late_provider_outcome``.
 - Webhooks are not signed (nor timestamped): :attr:`Capabilities.webhook_poke` tells
   the gateway to treat one only as a reason to fetch now, after its per-job URL token
   matched. ``/retry`` is never called: a job reported terminal stays so.
@@ -34,7 +36,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters import transport
+from adapters import errortext, transport
 from contracts.errors import CapabilityMissing, ContractViolation, UpstreamRejected
 from contracts.job import JobState
 from contracts.snapshot import Capabilities, ProviderRef, ProviderSnapshot, SubmitRequest
@@ -83,13 +85,13 @@ def _error_text(error: Any) -> str:
         try:
             decoded = json.loads(error)
         except ValueError:
-            return transport.excerpt(error, 1000)
+            return errortext.one_line(error)
         error = decoded if isinstance(decoded, Mapping) else error
     if isinstance(error, Mapping):
         kind = error.get("error_type")
-        message = error.get("error_message") or json.dumps(error)[:1000]
-        return f"{kind}: {message}" if kind else str(message)
-    return transport.excerpt(str(error), 1000)
+        message = error.get("error_message") or json.dumps(errortext.scrub_json(error))
+        return errortext.one_line(f"{kind}: {message}" if kind else str(message))
+    return errortext.one_line(str(error))
 
 
 class RunPodAdapter:
@@ -129,7 +131,7 @@ class RunPodAdapter:
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
-            webhooks=True, fetch=True, cancel=True, webhook_poke=True,
+            webhooks=True, fetch=True, cancel=True, webhook_poke=True, cancel_is_final=True,
             max_inline_input_bytes=MAX_INLINE_INPUT_BYTES,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
         )
@@ -186,7 +188,10 @@ class RunPodAdapter:
         return self._snapshot(ref.provider_job_id, job)
 
     async def cancel(self, ref: ProviderRef) -> bool:
-        """``POST /cancel/{id}``; True when RunPod answered ``CANCELLED``."""
+        """``POST /cancel/{id}``; True only when RunPod answered ``CANCELLED`` (the job's
+        terminal state: :attr:`Capabilities.cancel_is_final`). Another answer, or an
+        unreadable one, is no acknowledgement: the cancel is sent again and the status
+        decides."""
         path = self._path(ref.target, "cancel", ref.provider_job_id)
         response = await self._http.request("cancel", "POST", path, allow=(404,))
         if response.status_code == 404:
@@ -194,8 +199,8 @@ class RunPodAdapter:
         try:
             body = transport.json_body(self.name, "cancel", response)
         except ContractViolation:
-            return True
-        return not isinstance(body, Mapping) or body.get("status") in (None, "CANCELLED")
+            return False
+        return isinstance(body, Mapping) and body.get("status") == "CANCELLED"
 
     async def verify_webhook(self, headers: Mapping[str, str], body: bytes) -> None:
         """Nothing to verify: RunPod signs nothing. The gateway checked the URL token and,

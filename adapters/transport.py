@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from adapters import tls
+from adapters import errortext, tls
 from contracts.errors import (
     ContractViolation,
     ProviderBusy,
@@ -66,7 +66,7 @@ def excerpt(text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
     """At most ``limit`` characters of ``text`` on one line (``(empty body)`` if none)."""
     if isinstance(text, bytes):
         text = text[: limit * 4].decode("utf-8", errors="replace")
-    flat = " ".join(text.split())
+    flat = " ".join(errortext.scrub(text).split())
     if len(flat) > limit:
         flat = flat[:limit] + "..."
     return flat or "(empty body)"

@@ -8,6 +8,11 @@ boundary (``raise ... from exc``), so nothing above them sees httpx or provider 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from contracts.snapshot import ProviderSnapshot
+
 __all__ = [
     "CapabilityMissing",
     "ConfigurationError",
@@ -16,6 +21,7 @@ __all__ = [
     "CutoverError",
     "Forbidden",
     "NotFound",
+    "OutcomeUnreadable",
     "PayloadTooLarge",
     "ProviderBusy",
     "ServiceUnavailable",
@@ -124,6 +130,31 @@ class UpstreamUnreachable(UpstreamRetryable):
     """No connection to the provider could be made (refused, or the connect timed out):
     nothing of the request reached it, so a submit that fails so started nothing there.
     """
+
+
+class OutcomeUnreadable(UpstreamRetryable):
+    """The provider finished the job but its outcome cannot be read now (fal's result
+    read answered 429, 5xx or 404, or did not connect, after ``COMPLETED``).
+
+    The reader re-reads with backoff (honouring ``retry_after_s``) until ``window_s``
+    has passed since the first such failure, then records ``final`` (docs/providers.md,
+    "fal").
+
+    Attributes
+    ----------
+    final : ProviderSnapshot
+        The terminal snapshot to record once the window has passed.
+    window_s : float
+        How long after the first failed read the outcome may still be read, in seconds.
+    """
+
+    def __init__(
+        self, detail: str, *, final: ProviderSnapshot, window_s: float,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s)
+        self.final = final
+        self.window_s = window_s
 
 
 class ProviderBusy(UpstreamRetryable):

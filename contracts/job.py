@@ -138,3 +138,4 @@ class Job(BaseModel):
     priority: int = 0
     arm: str = "control"
     shadow_of: str | None = None
+    adopted: bool = False  # started at the legacy provider, adopted on first sight

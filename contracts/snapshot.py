@@ -6,6 +6,7 @@ Provider JSON never leaves its adapter; the gateway sees only these models
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.job import JobState
 
-__all__ = ["Capabilities", "ProviderRef", "ProviderSnapshot", "SubmitRequest"]
+__all__ = ["Capabilities", "ErrorClass", "ProviderRef", "ProviderSnapshot", "SubmitRequest"]
+
+
+class ErrorClass(enum.StrEnum):
+    """Who must act on a failed prediction (docs/providers.md, "Error classes").
+
+    ``model_refused``: the model refused the input (a structured 4xx): the app must change
+    it. ``provider_fault``: the provider could not give the outcome (its reads kept
+    failing past their window, or its answers contradict each other). ``gateway_credentials``:
+    the provider refused the gateway's credentials (401/403): the operator must fix the
+    token.
+    """
+
+    MODEL_REFUSED = "model_refused"
+    PROVIDER_FAULT = "provider_fault"
+    GATEWAY_CREDENTIALS = "gateway_credentials"
 
 
 class SubmitRequest(BaseModel):
@@ -78,6 +94,8 @@ class ProviderSnapshot(BaseModel):
         JSON output so far (final when ``state`` is terminal). File outputs appear as
         ``data:`` URIs or provider URLs; the finalizer copies them into owned storage.
     logs, error : str or None
+    error_class : ErrorClass or None
+        Who must act on ``error``, where the adapter knows.
     metrics : dict
         Provider metrics; ``predict_time`` in seconds when known.
     lost : bool
@@ -95,6 +113,7 @@ class ProviderSnapshot(BaseModel):
     output: Any = None
     logs: str | None = None
     error: str | None = None
+    error_class: ErrorClass | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     lost: bool = False
     provider_restarted: bool = False
@@ -129,6 +148,11 @@ class Capabilities(BaseModel):
         The provider's webhooks are not signed (RunPod, providers.md §3.5): once the
         per-job URL token matches, a webhook only makes the job's next fetch due now; its
         body is never parsed or trusted.
+    cancel_is_final : bool
+        A cancel the provider accepted (``Adapter.cancel`` returned True) ends the job
+        there: RunPod answers ``CANCELLED``, its terminal state (docs/providers.md,
+        "runpod"). The gateway then ends the prediction ``canceled`` at once, and later
+        reports of the job (late output) are logged, never applied.
     max_inline_input_bytes : int or None
         ``data:`` URIs longer than this are stored by the gateway and sent as its own URL
         (docs/providers.md, "File inputs"); None sends every input as it is.
@@ -144,4 +168,5 @@ class Capabilities(BaseModel):
     lost_grace_s: float = 0.0
     lost_is_idle: bool = False
     webhook_poke: bool = False
+    cancel_is_final: bool = False
     max_inline_input_bytes: int | None = None

@@ -107,7 +107,7 @@ def create_app(
     front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
     app.on_response_prepare.append(access.add_request_id)
-    app[keys.SETTINGS] = settings
+    app[keys.SETTINGS], app[keys.EDGE] = settings, keys.Edge.of(settings)
     app[keys.FILE_OWNERS] = tenancy.file_owners(settings, scope_of)
     app[keys.CLOCK] = clock
     app[keys.STARTED_AT] = clock.now()
@@ -256,6 +256,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
             metrics=app[keys.METRICS],
+            adopter=assembly.adopter(app, app[_ENGINE], app[_FINALIZER]),
         )
         app[files.FILES] = FileService(
             store=FileStore(app[_ENGINE]),
@@ -273,7 +274,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             events=app[_EVENTS],
             providers=app[keys.PROVIDERS],
             notifier=app[keys.NOTIFIER],
-            clock=clock,
+            clock=clock, finalizer=app[_FINALIZER],
         )
         yield
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.job import Job
+from gateway.adoption import Adopter, LegacyLookup
 from gateway.clock import Clock
 from gateway.config import Settings, WebhookSettings
 from gateway.config.tenants import SECRET_ROW_PREFIX
 from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
+from gateway.finalizer import Finalizer
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
 from gateway.rollout import wiring as routewiring
@@ -36,8 +38,8 @@ from gateway.webhooks import signing
 from gateway.webhooks.signers import TenantSigners
 
 __all__ = [
-    "download_key", "open_routes", "output_file_hosts", "retention_loop", "schema_fetcher",
-    "signers", "signing_secrets", "storage_for", "uploads", "webhook_signer",
+    "adopter", "download_key", "open_routes", "output_file_hosts", "retention_loop",
+    "schema_fetcher", "signers", "signing_secrets", "storage_for", "uploads", "webhook_signer",
 ]
 
 _GATEWAY_SECRET_ROW = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
@@ -198,3 +200,21 @@ def download_key(secret: str) -> str:
     """The key of signed file-download URLs, derived from the gateway's secret: a tenant
     holding that secret (``default``) still cannot sign another's file downloads."""
     return hmac.new(secret.encode(), b"cutover file downloads", hashlib.sha256).hexdigest()
+
+
+def adopter(app: Any, engine: Any, finalizer: Finalizer) -> Adopter | None:
+    """The adopter of ``[gateway] legacy_provider``'s predictions (docs/cutover-day.md),
+    or None without one."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    gw = app[keys.SETTINGS].gateway
+    name = gw.legacy_provider
+    if name is None:
+        return None
+    return Adopter(
+        provider=name,  # kind "replicate" (the settings check): a ReplicateAdapter
+        adapter=lambda: cast(LegacyLookup, app[keys.PROVIDERS][name].adapter),
+        engine=engine, finalizer=finalizer, notifier=app[keys.NOTIFIER],
+        lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
+        unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
+    )

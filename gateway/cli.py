@@ -33,7 +33,7 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, logs, providers
+from gateway import app, healthcheck, importcli, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
@@ -86,12 +86,13 @@ def _parser(*, serve_only: bool = False) -> argparse.ArgumentParser:
     replay.add_argument("--since", help="replay dead events created at or after this time")
     replay.add_argument("--until", help="... and before this time (default: now)")
     routecli.add_commands(sub, _common)
+    importcli.add_command(sub, _common)
     return parser
 
 
 # Commands whose whole point is the configured store: on the default ./cutover.db by
 # mistake (no --config) they answered from an empty database they had just created.
-_ON_THE_STORE = frozenset({"migrate", "webhooks", "routes", "shadow"})
+_ON_THE_STORE = frozenset({"migrate", "webhooks", "routes", "shadow", "import"})
 
 
 def _common(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -141,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.command == "webhooks":
             return asyncio.run(_webhooks(settings, args))
+        if args.command == "import":
+            return asyncio.run(importcli.run(settings, args))
         if args.command in ("routes", "shadow"):
             return _routes(settings, args)
         if args.command == "check":

@@ -16,9 +16,10 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from adapters import errortext
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
-from contracts.snapshot import ProviderSnapshot
+from contracts.snapshot import ErrorClass, ProviderSnapshot
 from gateway.conformance import OutputContract, OutputMismatch
 from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
@@ -63,6 +64,7 @@ class Finalizer:
             When the snapshot's provider job id is not the job's, or it is not terminal.
         """
         if job.state.terminal:
+            self.late(job, snapshot)
             return job
         if not snapshot.state.terminal:
             raise ContractViolation(f"snapshot for {job.id} is not terminal")
@@ -72,7 +74,22 @@ class Finalizer:
                 f"job {job.id} has {job.provider_job_id!r}"
             )
         outcome = await self._outcome(job, snapshot)
-        return await self._record(job, outcome)
+        error_class = snapshot.error_class if outcome.state is JobState.FAILED else None
+        return await self._record(job, outcome, error_class, snapshot)
+
+    def late(self, job: Job, snapshot: ProviderSnapshot) -> None:
+        """A provider's report of a job that is already final (RunPod's output after an
+        acknowledged cancel): logged as ``late_provider_outcome``, never applied; the
+        execution time it reports is still counted (docs/providers.md, "runpod")."""
+        log.info("late_provider_outcome", extra={
+            "job_id": job.id, "provider": job.provider, "state": snapshot.state.value,
+            "raw_status": snapshot.raw_status, "stored_state": job.state.value})
+        self._execution(job.provider, snapshot)
+
+    def _execution(self, provider: str, snapshot: ProviderSnapshot) -> None:
+        seconds = snapshot.metrics.get("predict_time")
+        if self._metrics is not None and isinstance(seconds, int | float) and seconds >= 0:
+            self._metrics.provider_execution_seconds.labels(provider).inc(seconds)
 
     def progress(self, job: Job, snapshot: ProviderSnapshot) -> Progress:
         """A snapshot as the job's progress (the one place this is made).
@@ -111,7 +128,10 @@ class Finalizer:
         }
         if snapshot.state is not JobState.COMPLETED:
             # Outputs of failed and canceled jobs are not kept: they are not owned files.
-            return Outcome(state=snapshot.state, error=snapshot.error, **base)
+            # Errors are one line of at most 1 KB with no echoed payloads, whoever made
+            # them (docs/providers.md, "Error classes").
+            error = errortext.one_line(snapshot.error) if snapshot.error else None
+            return Outcome(state=snapshot.state, error=error, **base)
         output = snapshot.output
         if self._contract is not None:  # after the route's output map, before any copy
             try:
@@ -134,7 +154,10 @@ class Finalizer:
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
-    async def _record(self, job: Job, outcome: Outcome) -> Job:
+    async def _record(
+        self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None,
+        snapshot: ProviderSnapshot | None = None,
+    ) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
         transient store error propagates, so the caller's boundary retries the item."""
         try:
@@ -152,14 +175,31 @@ class Finalizer:
             self._notifier.wake(LoopName.DISPATCHER)
         self._notifier.wake(LoopName.DELIVERY)
         if done is None:
-            return await self._store.get(job.id)
+            stored = await self._store.get(job.id)
+            if snapshot is not None:
+                self.late(stored, snapshot)
+            return stored
+        if snapshot is not None:
+            self._execution(job.provider, snapshot)
         if self._metrics is not None:
             self._count(done)
+        if error_class is not None:
+            self._classify(done, error_class)
         log.info(
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
         )
         return done
+
+    def _classify(self, done: Job, error_class: ErrorClass) -> None:
+        """Count a failure by who must act; a credentials refusal is an operator alert
+        (docs/providers.md, "Error classes")."""
+        if self._metrics is not None:
+            self._metrics.prediction_errors.labels(done.provider, error_class.value).inc()
+        if error_class is ErrorClass.GATEWAY_CREDENTIALS:
+            log.error("provider_credentials_refused", extra={
+                "job_id": done.id, "provider": done.provider, "route": done.route,
+                "error": done.error})
 
     def _count(self, done: Job) -> None:
         assert self._metrics is not None

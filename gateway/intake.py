@@ -20,17 +20,19 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from adapters import errortext
 from contracts.auth import same_secret
-from contracts.errors import WebhookVerificationError
+from contracts.errors import CutoverError, WebhookVerificationError
 from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files.outputs import off_loop
 from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
-from gateway.providers import Provider
-from gateway.store.events import ProviderEvent, ProviderEvents
+from gateway.providers import Provider, provider_ref
+from gateway.store.events import ProviderEvents
 from gateway.store.jobs import JobStore
+from gateway.store.records import ProviderEvent
 
 __all__ = ["EventProcessor", "Intake"]
 
@@ -48,12 +50,14 @@ class Intake:
         providers: dict[str, Provider],
         notifier: Notifier,
         clock: Clock = SYSTEM_CLOCK,
+        finalizer: Finalizer | None = None,
     ) -> None:
         self._store = store
         self._events = events
         self._providers = providers
         self._notifier = notifier
         self._clock = clock
+        self._finalizer = finalizer
 
     async def authorize(self, provider_name: str, job_id: str, token: str) -> Provider:
         """Check the webhook URL (before the body is even read): the job exists, belongs to
@@ -97,7 +101,8 @@ class Intake:
         provider_name = provider.name
         await provider.adapter.verify_webhook(headers, body)
         if provider.adapter.capabilities.webhook_poke:  # unsigned: only a reason to ask now
-            await self._store.check_now(job_id)
+            if not await self._store.check_now(job_id):
+                await self._late(provider, job_id)
             self._notifier.wake(LoopName.POLLER)
             return True
         # The job's next poll or probe waits: the provider has just spoken about it.
@@ -108,6 +113,22 @@ class Intake:
             return False
         self._notifier.wake(EventProcessor.name)
         return True
+
+
+    async def _late(self, provider: Provider, job_id: str) -> None:
+        """A poke for a job no longer polled: if it is final, ask the provider once what it
+        says now, for the log and the execution time (:meth:`Finalizer.late`); nothing
+        of it is applied."""
+        job = await self._store.get(job_id)
+        if self._finalizer is None or not job.state.terminal or job.provider_job_id is None:
+            return
+        try:
+            snapshot = await provider.adapter.fetch(provider_ref(job))
+        except CutoverError as exc:
+            log.info("late_poke_fetch_failed", extra={"job_id": job_id, "error": exc.detail})
+            return
+        if snapshot.state.terminal:
+            self._finalizer.late(job, snapshot)
 
 
 class _Applying(Exception):  # a signal, not an error
@@ -191,7 +212,20 @@ class EventProcessor(Loop):
                 if not await self._failed(event, exc, events[n + 1 :]):
                     return
             self._attempts.pop(event.id, None)
+            await self._keep(event)
             await self._events.mark_processed(event.id)
+
+    async def _keep(self, event: ProviderEvent) -> None:
+        """Once applied, keep the body bounded and without payloads (docs/providers.md,
+        "Error classes"); most bodies are kept as they are, with no write."""
+        kept = await off_loop(errortext.kept_body, event.body, size=len(event.body))
+        if kept == event.body:
+            return
+        try:
+            await self._events.keep(event.id, kept)
+        except Exception as exc:  # noqa: BLE001 (best effort: the event applied all the same)
+            log.warning("provider_event_keep_failed",
+                        extra={"job_id": event.job_id, "error": boundary.describe(exc)})
 
     async def _failed(
         self, event: ProviderEvent, exc: Exception, later: list[ProviderEvent]

@@ -31,6 +31,20 @@ class Metrics:
             ["provider", "state"],
             registry=self.registry,
         )
+        self.prediction_errors = Counter(
+            "cutover_prediction_errors",
+            "Failed predictions by provider and error class (model_refused, provider_fault,"
+            " gateway_credentials: the provider refused the gateway's token, an alert).",
+            ["provider", "error_class"],
+            registry=self.registry,
+        )
+        self.provider_execution_seconds = Counter(
+            "cutover_provider_execution_seconds",
+            "Execution time the providers reported for finished jobs, in seconds, by"
+            " provider; also what they report after the prediction ended (a canceled job).",
+            ["provider"],
+            registry=self.registry,
+        )
         self.provider_submits = Counter(
             "cutover_provider_submits",
             "Submit attempts to providers, by outcome (accepted, busy, unreachable, rejected).",

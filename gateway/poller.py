@@ -22,7 +22,12 @@ import logging
 import random
 from datetime import datetime, timedelta
 
-from contracts.errors import CapabilityMissing, CutoverError, UpstreamRetryable
+from contracts.errors import (
+    CapabilityMissing,
+    CutoverError,
+    OutcomeUnreadable,
+    UpstreamRetryable,
+)
 from contracts.job import Job
 from contracts.snapshot import ProviderSnapshot
 from gateway import boundary
@@ -101,18 +106,8 @@ class Poller(Loop):
         if not provider.adapter.capabilities.fetch:  # cannot be polled: wait for its webhook
             self._release(job, None)
             return
-        try:
-            snapshot = await provider.adapter.fetch(provider_ref(job))
-        except CapabilityMissing:
-            self._release(job, None)
-            return
-        except UpstreamRetryable as exc:  # 429, 5xx, rate limit: Retry-After honoured
-            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
-            self._release(job, self._next(job, provider, exc.retry_after_s))
-            return
-        except CutoverError as exc:
-            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
-            self._release(job, self._next(job, provider))
+        snapshot = await self._fetch(job, provider)
+        if snapshot is None:
             return
         if snapshot.provider_job_id != job.provider_job_id:
             log.warning("fetch_for_another_job", extra={"job_id": job.id, "provider": job.provider})
@@ -132,6 +127,23 @@ class Poller(Loop):
                 self._notifier.job_changed(job.id, updated)
         self._release(job, self._next(job, provider))
 
+    async def _fetch(self, job: Job, provider: Provider) -> ProviderSnapshot | None:
+        """The provider's snapshot of ``job``; None when the fetch failed (the job is
+        then released at its next due time)."""
+        try:
+            return await provider.adapter.fetch(provider_ref(job))
+        except CapabilityMissing:
+            self._release(job, None)
+        except OutcomeUnreadable as exc:  # finished, but its result did not read
+            await self._unreadable(job, provider, exc)
+        except UpstreamRetryable as exc:  # 429, 5xx, rate limit: Retry-After honoured
+            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            self._release(job, self._next(job, provider, exc.retry_after_s))
+        except CutoverError as exc:
+            log.warning("fetch_failed", extra={"job_id": job.id, "error": exc.detail})
+            self._release(job, self._next(job, provider))
+        return None
+
     async def _finish(self, job: Job, provider: Provider, snapshot: ProviderSnapshot) -> None:
         """Apply a terminal snapshot under the job's apply lease (:meth:`JobStore.applying`,
         renewed while its outputs are copied; the job's provider events wait for it),
@@ -143,6 +155,29 @@ class Poller(Loop):
                 await self._finalizer.finalize(job, snapshot)
                 return
         self._release(job, self._next(job, provider))
+
+    async def _unreadable(self, job: Job, provider: Provider, exc: OutcomeUnreadable) -> None:
+        """The provider finished the job but its outcome did not read: read it again,
+        with a backoff that grows with the time since the first failed read (persisted
+        as the job's ``lost_at``) and honours ``Retry-After``, until ``exc.window_s`` has
+        passed; then record ``exc.final`` (docs/providers.md, "fal")."""
+        first = job.lost_at or await self._store.mark_lost(job.id)
+        now = self._clock.now()
+        until = first + timedelta(seconds=exc.window_s)
+        if now >= until:
+            log.warning("outcome_unreadable_final", extra={
+                "job_id": job.id, "provider": job.provider, "error": exc.detail})
+            await self._finish(job, provider, exc.final)
+            return
+        caps = provider.adapter.capabilities
+        waited = (now - first).total_seconds()
+        delay = min(caps.fetch_max_interval_s, max(caps.fetch_interval_s, waited))
+        delay *= self._rng.uniform(0.5, 1.0)
+        if exc.retry_after_s is not None:
+            delay = max(delay, min(exc.retry_after_s, MAX_RETRY_AFTER_S))
+        log.info("outcome_reread", extra={
+            "job_id": job.id, "provider": job.provider, "error": exc.detail, "delay_s": delay})
+        self._release(job, min(until, now + timedelta(seconds=delay)))
 
     async def _lost_for_good(
         self, job: Job, provider: Provider, snapshot: ProviderSnapshot

@@ -25,6 +25,7 @@ from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
 from gateway import ids, validation, wire
+from gateway.adoption import Adopter
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.createheaders import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
@@ -106,9 +107,11 @@ class PredictionService:
         keep_finished_bodies: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
+        adopter: Adopter | None = None,
     ) -> None:
         self._metrics = metrics
         self._store = store
+        self._adopter = adopter  # ids the legacy provider started (docs/cutover-day.md)
         self._reader = reader or JobReader(store)
         self._creates = CreateBatcher(store, clock=clock)
         self._bodies = bodies if bodies is not None else FinishedBodies()
@@ -225,10 +228,17 @@ class PredictionService:
         return job
 
     async def get(self, job_id: str, tenant: str | None = None) -> Job:
-        """The job; ``NotFound`` for an unknown or malformed id, or another tenant's."""
+        """The job; ``NotFound`` for an unknown or malformed id, or another tenant's. An
+        unknown one is looked up at the legacy provider first, if any, and adopted for
+        ``tenant`` when found (docs/cutover-day.md)."""
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        job = await self._reader.get(job_id)
+        try:
+            job = await self._reader.get(job_id)
+        except NotFound:
+            if self._adopter is None:
+                raise
+            job = await self._adopter.adopt(job_id, tenant or DEFAULT_TENANT)
         if job.arm in HIDDEN_ARMS:  # shadows are the operators' business, never the app's
             raise NotFound(f"prediction {job_id!r} does not exist")
         if tenant is not None and job.tenant != tenant:  # never a 403: no hint it exists

@@ -110,6 +110,7 @@ def build_adapter(
     stream: bool | None = None,
     jwks_url: str | None = None,
     ca_file: str | None = None,
+    result_retry_window_s: float | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
@@ -151,7 +152,7 @@ def build_adapter(
         from adapters.fal import FalAdapter
 
         return FalAdapter(name=name, token=token, **options, **hosted,
-                          **_given(jwks_url=jwks_url))
+                          **_given(jwks_url=jwks_url, result_retry_window_s=result_retry_window_s))
     if kind == "runpod":
         from adapters.runpod import RunPodAdapter
 

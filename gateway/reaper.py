@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from contracts.errors import CutoverError
 from contracts.job import Job, JobState
+from contracts.snapshot import ProviderSnapshot
 from gateway import boundary
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
@@ -100,7 +101,7 @@ class Reaper(Loop):
         await boundary.each(unsubmitted, self._end_unsubmitted, self._failed)
         now = self._clock.now()
         cancels = await self._store.claim_cancels(now - self._resend, self._batch)
-        await boundary.each(cancels, self._send_cancel, self._failed)
+        await boundary.each(cancels, self._cancel_requested, self._failed)
         overdue = await self._store.overdue(
             cancel_before=now - self._grace,
             created_before=now - self._lifetime,
@@ -134,7 +135,8 @@ class Reaper(Loop):
     async def _end_unsubmitted(self, job: Job) -> None:
         await self._finalizer.finish_here(job, JobState.CANCELED, why_never_started(job))
 
-    async def _send_cancel(self, job: Job) -> None:
+    async def _send_cancel(self, job: Job) -> bool:
+        """Ask the provider to cancel ``job``; True when it accepted."""
         provider = self._providers.get(job.provider)
         if (
             provider is not None
@@ -142,9 +144,29 @@ class Reaper(Loop):
             and provider.adapter.capabilities.cancel
         ):
             try:
-                await provider.adapter.cancel(provider_ref(job))
+                return await provider.adapter.cancel(provider_ref(job))
             except CutoverError as exc:
                 log.warning("cancel_failed", extra={"job_id": job.id, "error": exc.detail})
+        return False
+
+    async def _cancel_requested(self, job: Job) -> None:
+        """Send a requested (or deadline) cancel. Where an accepted cancel is the job's
+        terminal state at the provider (``Capabilities.cancel_is_final``: RunPod's
+        ``CANCELLED``), the prediction ends ``canceled`` now. No apply lease is taken (a
+        poll may hold the job this very moment): a canceled outcome copies nothing, and
+        the guarded write lets the first terminal state stand, as a cancel grace's does."""
+        if not await self._send_cancel(job):
+            return
+        provider = self._providers[job.provider]
+        if not provider.adapter.capabilities.cancel_is_final or job.provider_job_id is None:
+            return
+        why = None if job.cancel_requested_at is not None else (
+            f"the prediction passed its deadline ({timestamp(job.deadline)})"
+            if job.deadline is not None else None
+        )
+        snapshot = ProviderSnapshot(provider_job_id=job.provider_job_id,
+                                    state=JobState.CANCELED, raw_status="CANCELLED", error=why)
+        await self._finalizer.finalize(await self._store.get(job.id), snapshot)
 
     async def _cancel_upstream(self, job: Job) -> None:
         await self._send_cancel(job)

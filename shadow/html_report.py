@@ -11,15 +11,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from html import escape
-from typing import TYPE_CHECKING
 
 from shadow import svg
 from shadow.compare import ArmFacts
+from shadow.model import Mismatch, Report
 from shadow.noise import Rate
 from shadow.outcome import OutputFile
-
-if TYPE_CHECKING:
-    from shadow.report import Mismatch, Report
 
 __all__ = ["render_html"]
 

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
 
 from shadow.compare import ArmFacts
+from shadow.model import Mismatch, Report
 from shadow.noise import Rate
-
-if TYPE_CHECKING:
-    from shadow.report import Mismatch, Report
 
 __all__ = ["render_md"]
 

@@ -14,11 +14,18 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
-
 from contracts.job import JobState
 from shadow import compare, html_report, md_report, noise, verdict
 from shadow.compare import MEASURES, PairComparison
+from shadow.model import (
+    CostSummary,
+    Coverage,
+    Latency,
+    MeasureSummary,
+    Mismatch,
+    Report,
+    Verdict,
+)
 from shadow.outcome import OutputFile, Reader, read_path
 from shadow.thresholds import Thresholds
 
@@ -42,99 +49,6 @@ PLOT_POINTS = 400
 
 ImageSource = Callable[[OutputFile, str | None], str | None]
 """``(file, preview data URI or None) -> src for <img>``, or None to show no image."""
-
-
-class Latency(BaseModel):
-    """One arm's durations in seconds: count, median, p95 with its confidence interval
-    (:func:`shadow.noise.quantile_interval`; None where too few values bound it), max and
-    a sorted sample for plots."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    n: int
-    p50_s: float | None
-    p95_s: float | None
-    p95_low_s: float | None = None
-    p95_high_s: float | None = None
-    max_s: float | None
-    sample_s: tuple[float, ...]
-
-
-class MeasureSummary(BaseModel):
-    """One measure over all candidate pairs: how often it was over its limit."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    measure: str
-    unit: str
-    reported: noise.Rate
-    limit: noise.MeasureLimit | None
-    candidate_p50: float | None
-    baseline_p50: float | None
-
-
-class CostSummary(BaseModel):
-    """Mean reported cost per prediction in US dollars, over pairs where both report it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    n: int
-    control_mean_usd: float
-    candidate_mean_usd: float
-    ratio: float | None
-
-
-class Coverage(BaseModel):
-    """How many eligible primaries got a shadow that reached its provider, and how many
-    got none, by reason (``policy_size``, ``policy_field``, ``budget``, ``queue_full``,
-    ``provider_refused``; docs/shadow.md, "Skips"); None in a report built without it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    shadowed: int
-    skipped: dict[str, int]
-
-    @property
-    def line(self) -> str:
-        """``n shadowed, m skipped: k reason, ...`` (``m skipped`` alone when none)."""
-        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
-        total = sum(self.skipped.values())
-        return f"{self.shadowed} shadowed, {total} skipped" + (f": {reasons}" if reasons else "")
-
-
-class Mismatch(BaseModel):
-    """A reported pair, with everything needed to show both sides."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    judgement: noise.Judgement
-    pair: PairComparison
-
-
-class Report(BaseModel):
-    """A route's shadow report; see docs/shadow.md for every field."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    route: str
-    has_candidate: bool = True
-    generated_at: AwareDatetime
-    since: AwareDatetime | None
-    thresholds: Thresholds
-    pairs: int
-    baseline_pairs: int
-    baseline_breaks: int
-    status_agreement: noise.Rate
-    contract_breaks: noise.Rate
-    differences: noise.Rate
-    break_kinds: dict[str, int]
-    measures: tuple[MeasureSummary, ...]
-    latency: dict[str, dict[str, Latency]]
-    cost: CostSummary | None
-    worst: tuple[Mismatch, ...]
-    verdict: verdict.Verdict
-    notes: tuple[str, ...]
-    coverage: Coverage | None = None
 
 
 def build(
@@ -203,7 +117,7 @@ def build(
         latency=_latency(found, confidence),
         cost=_cost(found),
         worst=tuple(ranked[:worst]),
-        verdict=verdict.Verdict(decision="hold", line=""),
+        verdict=Verdict(decision="hold", line=""),
         notes=_notes(base, thresholds, canceled=len(given) - len(found)),
         coverage=coverage,
     )

@@ -17,29 +17,10 @@ verdict"):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel, ConfigDict
-
+from shadow.model import Decision, Report, Verdict
 from shadow.noise import Rate
 
-if TYPE_CHECKING:
-    from shadow.report import Report
-
 __all__ = ["Verdict", "decide"]
-
-Decision = Literal["promote", "hold", "block", "no-candidate"]
-
-
-class Verdict(BaseModel):
-    """``decision`` and the one ``line`` to print; ``reasons`` lists every check that failed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    decision: Decision
-    line: str
-    reasons: tuple[str, ...] = ()
-
 
 def decide(report: Report) -> Verdict:
     """The verdict of a built report (pure; reads only the report)."""

@@ -45,7 +45,7 @@ from gateway.config.sections import (
     StorageSettings,
     WebhookSettings,
 )
-from gateway.rollout.settings import RouteSettings
+from gateway.rollout.spec import RouteSettings
 
 __all__ = [
     "AdminSettings",
@@ -108,6 +108,10 @@ class GatewaySettings(_Section):
     stream_keepalive_s: float = Field(default=15.0, gt=0, lt=30.0)
     route_poll_interval_s: float = Field(default=1.0, gt=0, le=1.5)
     guard_interval_s: float = Field(default=5.0, gt=0, le=50.0)
+    legacy_provider: str | None = None  # adopts unknown ids (docs/cutover-day.md)
+    legacy_lookups_per_s: float = Field(default=2.0, gt=0)
+    legacy_lookup_burst: int = Field(default=20, ge=1)
+    legacy_unknown_ttl_s: float = Field(default=60.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -196,9 +200,9 @@ class ProviderSettings(_Section):
     ``cog`` provider needs one). ``token_env`` names the environment variable holding the
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
-    ``stream`` apply to ``openai`` providers, ``jwks_url`` to ``fal``. ``upload_token`` lets
-    the provider upload output files to the gateway (Cog's ``--upload-url``, docs/cog.md
-    §1.10). ``ca_file``, ``submit_timeout_s``: docs/providers.md, "TLS to providers".
+    ``stream`` apply to ``openai`` providers, ``jwks_url``, ``result_retry_window_s`` to
+    ``fal``. ``upload_token``: Cog's ``--upload-url`` (docs/cog.md §1.10). ``ca_file``,
+    ``submit_timeout_s``: docs/providers.md, "TLS to providers".
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
@@ -218,6 +222,7 @@ class ProviderSettings(_Section):
     jwks_url: str | None = None
     ca_file: Path | None = None  # PEM: a private CA, trusted besides certifi's bundle
     submit_timeout_s: float | None = Field(default=None, gt=0)  # else [gateway]'s
+    result_retry_window_s: float | None = Field(default=None, ge=0)  # fal's result reads
 
     def adapter_options(self) -> dict[str, Any]:
         """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
@@ -226,11 +231,10 @@ class ProviderSettings(_Section):
         return {
             "base_url": self.base_url,
             "webhook_auth_token": auth.get_secret_value() if auth else None,
-            "request_timeout_s": self.request_timeout_s,
-            "fetch_interval_s": self.fetch_interval_s,
-            "fetch_max_interval_s": self.fetch_max_interval_s,
-            "lost_grace_s": self.lost_grace_s, "rate_limit_per_s": self.rate_limit_per_s,
-            "api": self.api, "stream": self.stream, "jwks_url": self.jwks_url,
+            "request_timeout_s": self.request_timeout_s, "fetch_interval_s": self.fetch_interval_s,
+            "fetch_max_interval_s": self.fetch_max_interval_s, "lost_grace_s": self.lost_grace_s,
+            "rate_limit_per_s": self.rate_limit_per_s, "api": self.api, "stream": self.stream,
+            "jwks_url": self.jwks_url, "result_retry_window_s": self.result_retry_window_s,
             "ca_file": str(self.ca_file) if self.ca_file is not None else None,
         }
 
@@ -283,6 +287,10 @@ class Settings(BaseSettings):
             if key in seen:
                 raise ValueError(f"two routes for {route.model} version {route.version}")
             seen.add(key)
+        legacy = self.gateway.legacy_provider
+        if legacy is not None and getattr(self.providers.get(legacy), "kind", None) != "replicate":
+            raise ValueError(f"[gateway] legacy_provider = {legacy!r} must name a provider of "
+                             "kind 'replicate' (docs/cutover-day.md)")
         return self
 
     @model_validator(mode="after")

@@ -90,7 +90,7 @@ def _options(request: web.Request) -> CreateOptions:
     ContractViolation
         A malformed ``Idempotency-Key`` or ``Cancel-After``.
     """
-    settings = request.app[keys.SETTINGS].gateway
+    settings = request.app[keys.EDGE]
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         raise ContractViolation(
@@ -234,7 +234,7 @@ async def get_model(request: web.Request) -> web.Response:
     found = router.model_routes(model, _tenant(request))
     if not found:
         raise NotFound(f"model {model!r} is not routed by this gateway")
-    base = request.app[keys.SETTINGS].gateway.public_url
+    base = request.app[keys.EDGE].public_url
     owner, name = model.split("/")
     # A version-less route is the model's latest version too (langchain-community reads
     # latest_version.openapi_schema); its id stands for "whatever the route serves".
@@ -324,7 +324,7 @@ async def get_deployment(request: web.Request) -> web.Response:
 @_route("GET", "/account")
 async def get_account(request: web.Request) -> web.Response:
     """``GET /v1/account`` (§2.12): the token-check probe apps use."""
-    username = request.app[keys.SETTINGS].gateway.account_username
+    username = request.app[keys.EDGE].account_username
     return json_response(Account(username=username, name=username).model_dump())
 
 

@@ -44,12 +44,12 @@ async def serve_stored(
         ``key`` is not stored.
     """
     storage = request.app[keys.STORAGE]
-    conf = request.app[keys.SETTINGS].storage
+    edge = request.app[keys.EDGE]
     found = await storage.stat(key)
     if found is None:
         raise web.HTTPNotFound()
-    if conf.delivery == "presigned":
-        url = await storage.presign(key, conf.presigned_url_ttl_s)
+    if edge.asset_delivery == "presigned":
+        url = await storage.presign(key, edge.presigned_url_ttl_s)
         if url is not None:
             raise web.HTTPFound(url, headers={"Cache-Control": "no-store"})
     headers = dict(_ASSET_HEADERS)

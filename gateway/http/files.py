@@ -147,7 +147,7 @@ async def list_files(request: web.Request) -> web.Response:
         last = found[-1]
         raw = f"{last.created_at.isoformat()}|{last.id}".encode()
         cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-        base = request.app[keys.SETTINGS].gateway.public_url
+        base = request.app[keys.EDGE].public_url
         next_url = f"{base}/v1/files?{urlencode({'cursor': cursor})}"
     results = [service.wire(record) for record in found]
     return json_response({"next": next_url, "previous": None, "results": results})

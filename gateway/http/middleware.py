@@ -185,7 +185,7 @@ def _http_detail(request: web.Request, exc: web.HTTPException) -> str:
     if exc.status == 405:
         return f"{request.method} is not allowed on {request.path}"
     if exc.status == 413:
-        return deadline.too_large(request.app[keys.SETTINGS].gateway.max_body_bytes)
+        return deadline.too_large(request.app[keys.EDGE].max_body_bytes)
     return exc.text or exc.reason
 
 
@@ -256,7 +256,7 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
         Malformed JSON (including ``NaN``/``Infinity`` and absurd nesting), not an
         object, or a field of the wrong type (the detail names each offending field).
     """
-    limit = request.app[keys.SETTINGS].gateway.max_body_bytes
+    limit = request.app[keys.EDGE].max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(deadline.too_large(limit))  # said at once, not after reading
     try:

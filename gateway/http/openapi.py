@@ -174,4 +174,4 @@ def describe(app: web.Application, server_url: str) -> dict[str, Any]:
 @routes.get("/openapi.json")
 async def openapi(request: web.Request) -> web.Response:
     """This document: every endpoint of the gateway, generated from its route table."""
-    return json_response(describe(request.app, request.app[keys.SETTINGS].gateway.public_url))
+    return json_response(describe(request.app, request.app[keys.EDGE].public_url))

@@ -27,7 +27,7 @@ async def provider_webhook(request: web.Request) -> web.Response:
     try:
         # The URL is checked before the body is read: strangers cannot make us buffer.
         upstream = await intake.authorize(provider, job_id, request.match_info["token"])
-        body = await _read_limited(request, request.app[keys.SETTINGS].gateway.intake_limit)
+        body = await _read_limited(request, request.app[keys.EDGE].intake_limit)
         new = await intake.accept(upstream, job_id, request.headers, body)
     except WebhookVerificationError as exc:
         known = provider if provider in request.app[keys.PROVIDERS] else "unknown"

@@ -246,7 +246,7 @@ async def every_prediction(request: web.Request) -> web.Response:
     if page.next_url is not None:
         cursor = parse_qs(urlsplit(page.next_url).query)["cursor"][0]
         query = {"cursor": cursor, **({"tenant": tenant} if tenant else {})}
-        next_url = f"{request.config_dict[keys.SETTINGS].gateway.public_url}/admin/predictions?" \
+        next_url = f"{request.config_dict[keys.EDGE].public_url}/admin/predictions?" \
             + urlencode(query)
     results = [
         {"id": j.id, "tenant": j.tenant, "route": j.route, "arm": j.arm,

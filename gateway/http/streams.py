@@ -35,7 +35,7 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
     if not ids.PREDICTION_ID_RE.match(job_id):
         raise missing
     store = request.app[keys.STORE]
-    settings = request.app[keys.SETTINGS].gateway
+    settings = request.app[keys.EDGE]
     try:
         job = await store.get(job_id)
     except NotFound:

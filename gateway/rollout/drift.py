@@ -19,7 +19,6 @@ from typing import Any
 import tomli_w
 
 from gateway.config import RouteSettings, Settings
-from gateway.rollout.router import spec_of
 from gateway.rollout.spec import AuditEntry, RouteSpec, route_key
 from gateway.store.engine import db
 from gateway.store.routes import RouteBook
@@ -47,7 +46,7 @@ def entry(route: RouteSettings, live: RouteSpec) -> dict[str, Any]:
     written = route.model_dump(mode="json", exclude_unset=True, exclude_none=True)
     if "caller_key" in written:
         written["caller_key"] = str(route.caller_key)
-    filed, now = spec_of(route).stored(), live.stored()
+    filed, now = route.spec().stored(), live.stored()
     for field, value in now.items():
         if field not in _LIVE_ONLY and value != filed.get(field):
             written[field] = value
@@ -84,7 +83,7 @@ async def find(settings: Settings) -> list[Drift] | str:
             live = stored.get(key)
             if live is None:
                 continue
-            filed, now = spec_of(route).stored(), live.stored()
+            filed, now = route.spec().stored(), live.stored()
             fields = tuple(k for k in sorted(set(filed) | set(now)) if filed.get(k) != now.get(k))
             if not fields:
                 continue

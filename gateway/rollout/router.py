@@ -22,18 +22,10 @@ from typing import Any
 
 from contracts.errors import NotFound
 from contracts.replicate import CreatePrediction
-from gateway.config import RouteSettings
 from gateway.rollout import canary
-from gateway.rollout.spec import RouteSpec, route_key
+from gateway.rollout.spec import RouteSettings, RouteSpec, route_key
 
-__all__ = ["Caller", "Routed", "Router", "spec_of", "target_of"]
-
-
-def spec_of(route: RouteSettings) -> RouteSpec:
-    """The live spec a config route seeds."""
-    return RouteSpec.model_validate(
-        route.model_dump(include=set(RouteSpec.model_fields), exclude_unset=False)
-    )
+__all__ = ["Caller", "Routed", "Router", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,7 @@ class Router:
 
     def __init__(self, routes: list[RouteSettings]) -> None:
         self._routes = routes
-        self._specs = {route_key(r.model, r.version): spec_of(r) for r in routes}
+        self._specs = {route_key(r.model, r.version): r.spec() for r in routes}
         self.version = -1  # the store's routes version these specs came from
 
     @property

@@ -5,8 +5,12 @@ A route's *spec* is what an operator changes while the gateway runs: the control
 makes the canary sticky, the guard thresholds, and the shadow input policy
 (:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
 and comparison thresholds (:class:`shadow.thresholds.Thresholds`).
-The config file seeds it; the store holds it (:mod:`gateway.store.routes`). Every model
-here is frozen and refuses unknown fields, so a malformed change is refused whole.
+The config file seeds it; the store holds it (:mod:`gateway.store.routes`). A route as
+configured (``[[routes]]``, :class:`RouteSettings`) is its spec plus what only the config
+file says: which model, version or deployment it serves, the providers' own names for
+the model, its input schema and its priority; :meth:`RouteSettings.spec` is the spec it
+seeds. Every model here is frozen and refuses unknown fields, so a malformed change is
+refused whole.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contracts.replicate import VERSION_ID_RE
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
@@ -27,6 +32,7 @@ __all__ = [
     "AuditEntry",
     "CallerKey",
     "GuardSettings",
+    "RouteSettings",
     "RouteSpec",
     "ShadowBudget",
     "change_problem",
@@ -40,6 +46,7 @@ ARMS = ("control", "candidate", "shadow", "baseline")
 HIDDEN_ARMS = ("shadow", "baseline")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class _Frozen(BaseModel):
@@ -169,6 +176,68 @@ class RouteSpec(_Frozen):
         if self.guard_paused:
             data["guard_paused"] = True
         return {**data, "caller_key": str(self.caller_key)}
+
+
+class RouteSettings(RouteSpec):
+    """``[[routes]]``: which provider serves a model (optionally one version of it).
+
+    ``provider`` is the control; ``candidate`` with ``canary_percent`` (0-100) sends that
+    share of new predictions to the candidate instead. ``openapi_schema`` is the model's
+    schema (docs/validation.md): inline, a path to a JSON file, or ``"provider"`` to read
+    it once from the provider (a built Cog image's ``/openapi.json``); undeclared input
+    fields are dropped, or refused (422) with ``strict_inputs``. ``priority``
+    (-100..100, default 0): when a provider is at capacity, waiting jobs of higher-priority
+    routes go first (docs/limits.md).
+    ``target`` is the control provider's own name for the model (a fal app id, a RunPod
+    endpoint id, an OpenAI-compatible model name, a Replicate ``owner/name[:version]``;
+    docs/providers.md), ``candidate_target`` the candidate's.
+    The canary sends that
+    share of callers (by ``caller_key``: ``token``, ``header:NAME`` or ``input:FIELD``) to
+    the candidate instead; ``shadow_percent`` of the control's predictions that pass
+    ``shadow_policy`` (none: nothing is shadowed) also run hidden, within
+    ``shadow_budget``: on the candidate, or for ``baseline_percent`` of them on the control
+    a second time (the noise baseline), compared under ``shadow_thresholds``;
+    ``guard`` rolls the canary back on a breach. These seed the route's live spec in the
+    store on first start (docs/canary.md); later changes go through ``cutover routes``.
+    The spec's fields (``provider`` to ``shadow_thresholds``) come from :class:`RouteSpec`.
+    """
+
+    model: str
+    version: str | None = None
+    deployment: str | None = None
+    target: str | None = Field(default=None, min_length=1, max_length=255)
+    candidate_target: str | None = Field(default=None, min_length=1, max_length=255)
+    openapi_schema: dict[str, Any] | str | None = None
+    strict_inputs: bool = False
+    priority: int = Field(default=0, ge=-100, le=100)
+    tenants: list[str] | None = Field(default=None, min_length=1)
+
+    @field_validator("model", "deployment")
+    @classmethod
+    def _owner_name(cls, value: str | None) -> str | None:
+        if value is not None and not _MODEL_RE.match(value):
+            raise ValueError(f"{value!r} is not owner/name")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version_id(cls, value: str | None) -> str | None:
+        if value is not None and not VERSION_ID_RE.match(value):
+            raise ValueError(f"version {value!r} is not a 64-character lowercase hex id")
+        return value
+
+    @model_validator(mode="after")
+    def _storable(self) -> RouteSettings:
+        """Each prediction stores these, in columns of 255 characters."""
+        for what, name in (("model", self.model), ("deployment", self.deployment),
+                           ("route", route_key(self.model, self.version))):
+            if name is not None and len(name) > 255:  # jobs.model, deployment, route
+                raise ValueError(f"the {what} {name[:40]!r}... is longer than 255 characters")
+        return self
+
+    def spec(self) -> RouteSpec:
+        """The live spec this route seeds."""
+        return RouteSpec.model_validate(self.model_dump(include=set(RouteSpec.model_fields)))
 
 
 def change_problem(before: RouteSpec, after: RouteSpec) -> str | None:

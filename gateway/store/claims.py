@@ -161,10 +161,11 @@ class Claims(DispatchClaims):
                 .values(next_attempt_at=until)
             )
 
-    async def check_now(self, job_id: str) -> None:
-        """Make a submitted, active job's next poll due now (an unsigned webhook's poke)."""
+    async def check_now(self, job_id: str) -> bool:
+        """Make a submitted, active job's next poll due now (an unsigned webhook's poke);
+        False when the job is not (or no longer) active and submitted."""
         async with self._engine.begin() as conn:
-            await conn.execute(
+            done = await conn.execute(
                 jobs.update()
                 .where(
                     jobs.c.id == job_id,
@@ -173,6 +174,7 @@ class Claims(DispatchClaims):
                 )
                 .values(next_attempt_at=self._clock.now())
             )
+        return bool(done.rowcount)
 
     async def mark_lost(self, job_id: str) -> datetime:
         """Record when the provider was first found not to know the job; return that time."""

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import deliveries
 from gateway.store.engine.aio import Connection, Engine
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.records import DeliveryStatus
 from gateway.store.schema import endpoints, jobs
 from gateway.store.schema import outbox as table
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,14 +26,14 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import lease
 from gateway.store.engine import db
 from gateway.store.engine.aio import Connection, Engine
-from gateway.store.engine.fastwrite import FastWrites, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, sqlite_time
 from gateway.store.engine.group import Group, update_rows
-from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.store.schema import endpoints
 from gateway.store.schema import outbox as table
 
-__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "OutboxRow", "endpoint_key"]
+__all__ = ["MAX_ENDPOINT_URL_CHARS", "Candidate", "DeliveryQueue", "endpoint_key"]
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +47,6 @@ class Candidate:
     id: int
     url: str
     job_id: str
-
-
-@dataclass(frozen=True)
-class OutboxRow:
-    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one."""
-
-    id: int
-    job_id: str
-    msg_id: str
-    event: str
-    url: str
-    payload: str
-    attempts: int
 
 
 _DUE_SQL = (
@@ -210,7 +196,7 @@ class DeliveryQueue(lease.Leasing):
 
 
 def _record_fast(
-    conn: sqlite3.Connection, group: list[tuple[int, dict[str, Any]]], owner: str
+    conn: SqliteConnection, group: list[tuple[int, dict[str, Any]]], owner: str
 ) -> list[bool]:
     """:meth:`DeliveryQueue._record_group` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`):
     each row updated while this process holds it."""

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from contracts.job import ACTIVE_STATES, JobState
 from gateway.store.dispatching import MAYBE_SUBMITTED
 from gateway.store.engine.aio import Engine
-from gateway.store.outbox import DeliveryStatus
 from gateway.store.reader import SqliteReads
+from gateway.store.records import DeliveryStatus
 from gateway.store.schema import jobs, outbox, provider_events
 
 __all__ = ["Due"]

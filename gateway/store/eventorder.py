@@ -11,20 +11,17 @@ and checks that decide it, for a claim from the store (:data:`CLAIMABLE_SQL`,
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from gateway.store.engine.aio import Engine
-from gateway.store.engine.fastwrite import in_list, sqlite_time
+from gateway.store.engine.fastwrite import SqliteConnection, in_list, sqlite_time
 from gateway.store.reader import SqliteReads
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
-
-if TYPE_CHECKING:
-    from gateway.store.events import ProviderEvent
 
 __all__ = [
     "CLAIMABLE_SQL",
@@ -121,7 +118,7 @@ async def renew_engine(
         return set((await conn.execute(statement)).scalars())
 
 
-def renew_fast(conn: sqlite3.Connection, ids: list[int], owner: str, now: datetime,
+def renew_fast(conn: SqliteConnection, ids: list[int], owner: str, now: datetime,
                until: datetime) -> set[int]:
     """Renew the leases ``owner`` holds on ``ids`` to ``until``, but not of an event that
     an earlier unprocessed event of its job (not among ``ids``) holds back: one not held

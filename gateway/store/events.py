@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,24 +47,14 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import eventorder, lease
 from gateway.store.engine import db
 from gateway.store.engine.aio import Engine
-from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
-from gateway.store.records import ACTIVE
+from gateway.store.records import ACTIVE, ProviderEvent
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["ProviderEvent", "ProviderEvents"]
-
-
-@dataclass(frozen=True)
-class ProviderEvent:
-    """One stored provider webhook: ``body`` is the raw, verified request body."""
-
-    id: int
-    job_id: str
-    provider: str
-    body: bytes
+__all__ = ["ProviderEvents"]
 
 
 @dataclass(frozen=True)
@@ -330,6 +319,13 @@ class ProviderEvents(lease.Leasing):
             marked = set(done.scalars())
         return [event_id in marked for event_id in ids]
 
+    async def keep(self, event_id: int, body: bytes) -> None:
+        """Store an applied event's kept body (:func:`adapters.errortext.kept_body`): its
+        apply needed the raw one, diagnosis needs no payloads."""
+        async with self._engine.begin() as conn:
+            await conn.execute(provider_events.update()
+                               .where(provider_events.c.id == event_id).values(body=body))
+
     async def release(self, event_id: int, *, until: datetime) -> bool:
         """Give a held event back, not to be claimed again before ``until`` (a retry's
         backoff); only if this process still holds the lease. True when it did. The
@@ -375,7 +371,7 @@ _MARK_SQL = (
 )
 
 
-def _add_fast(conn: sqlite3.Connection, rows: list[dict[str, Any]], checks: _Checks
+def _add_fast(conn: SqliteConnection, rows: list[dict[str, Any]], checks: _Checks
               ) -> dict[tuple[str, str], int]:
     """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`)."""
     stored: dict[tuple[str, str], int] = {}

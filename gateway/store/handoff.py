@@ -26,9 +26,9 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from contracts.replicate import WebhookEvent
-from gateway.store.deliveries import OutboxRow, endpoint_key
+from gateway.store.deliveries import endpoint_key
 from gateway.store.engine.aio import Connection
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.store.schema import endpoints, outbox
 
 __all__ = ["Deliverer", "Handed", "Handoff"]

@@ -16,16 +16,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from gateway.clock import Clock
 from gateway.store.engine.aio import Engine
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
-
-if TYPE_CHECKING:
-    from gateway.store.events import ProviderEvent
 
 __all__ = ["RENEWALS_PER_LEASE", "Heartbeat", "Repeat"]
 

@@ -26,8 +26,6 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -37,48 +35,15 @@ from contracts.replicate import WebhookEvent
 from gateway import logs, wire
 from gateway.store.engine.aio import Connection
 from gateway.store.engine.errors import ValueRefused
+from gateway.store.handoff import Handed, Handoff
+from gateway.store.records import DeliveryStatus
 from gateway.store.schema import outbox
 
-if TYPE_CHECKING:
-    from gateway.store.handoff import Handed, Handoff
-
-__all__ = [
-    "DEFAULT_EVENTS", "TERMINAL_DELIVERY_STATUSES", "DeliveryStatus", "Plan", "Planner",
-    "new_msg_id",
-]
+__all__ = ["DEFAULT_EVENTS", "Plan", "Planner", "new_msg_id"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EVENTS = (WebhookEvent.OUTPUT, WebhookEvent.COMPLETED)
-
-
-class DeliveryStatus(StrEnum):
-    """An outbox row's ``status`` (docs/webhooks.md, "Outcomes, retries and dead letters").
-
-    Only ``pending`` rows are sent; every other status is terminal (:attr:`terminal`)
-    until an operator replays a ``dead`` one, which puts it back to ``pending``.
-    """
-
-    PENDING = "pending"  # waiting for its first attempt or a retry
-    DELIVERED = "delivered"  # the receiver answered 2xx
-    DEAD = "dead"  # dead-lettered: listed and replayable
-    SUPERSEDED = "superseded"  # never sent: a later snapshot or the completed event won
-    DROPPED = "dropped"  # a non-terminal event whose one attempt failed
-
-    @property
-    def terminal(self) -> bool:
-        """True for every status but ``pending``: the row is settled, nothing sends it."""
-        return self in TERMINAL_DELIVERY_STATUSES
-
-
-TERMINAL_DELIVERY_STATUSES = frozenset(
-    {
-        DeliveryStatus.DELIVERED,
-        DeliveryStatus.DEAD,
-        DeliveryStatus.SUPERSEDED,
-        DeliveryStatus.DROPPED,
-    }
-)
 
 
 # The statements every terminal write runs, built once.

@@ -1,10 +1,12 @@
-"""What the job store takes and returns besides jobs, and the state sets its SQL names."""
+"""The store's row types: what the job store takes and returns besides jobs, the state sets
+its SQL names, a stored provider event, and an outbox row with its delivery status."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,11 +18,15 @@ from gateway.store.engine.errors import ValueRefused
 __all__ = [
     "ACTIVE",
     "TERMINAL",
+    "TERMINAL_DELIVERY_STATUSES",
     "UNSUBMITTED",
     "AssetRecord",
+    "DeliveryStatus",
     "NewJob",
+    "OutboxRow",
     "Outcome",
     "Progress",
+    "ProviderEvent",
     "ValueRefused",
     "job_from_row",
     "new_row",
@@ -125,3 +131,58 @@ def storable_text(value: str | None) -> str | None:
 def job_from_row(row: sa.Row[Any]) -> Job:
     """A ``jobs`` row as the contract's :class:`~contracts.job.Job`."""
     return Job.model_validate(dict(row._mapping))
+
+
+# --- provider events and outbox rows ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProviderEvent:
+    """One stored provider webhook: ``body`` is the raw, verified request body."""
+
+    id: int
+    job_id: str
+    provider: str
+    body: bytes
+
+
+class DeliveryStatus(StrEnum):
+    """An outbox row's ``status`` (docs/webhooks.md, "Outcomes, retries and dead letters").
+
+    Only ``pending`` rows are sent; every other status is terminal (:attr:`terminal`)
+    until an operator replays a ``dead`` one, which puts it back to ``pending``.
+    """
+
+    PENDING = "pending"  # waiting for its first attempt or a retry
+    DELIVERED = "delivered"  # the receiver answered 2xx
+    DEAD = "dead"  # dead-lettered: listed and replayable
+    SUPERSEDED = "superseded"  # never sent: a later snapshot or the completed event won
+    DROPPED = "dropped"  # a non-terminal event whose one attempt failed
+
+    @property
+    def terminal(self) -> bool:
+        """True for every status but ``pending``: the row is settled, nothing sends it."""
+        return self in TERMINAL_DELIVERY_STATUSES
+
+
+TERMINAL_DELIVERY_STATUSES = frozenset(
+    {
+        DeliveryStatus.DELIVERED,
+        DeliveryStatus.DEAD,
+        DeliveryStatus.SUPERSEDED,
+        DeliveryStatus.DROPPED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one."""
+
+    id: int
+    job_id: str
+    msg_id: str
+    event: str
+    url: str
+    payload: str
+    attempts: int

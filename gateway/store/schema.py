@@ -108,6 +108,8 @@ jobs = sa.Table(
     sa.Column("arm", sa.String(16), nullable=False, server_default="control"),
     sa.Column("shadow_of", sa.String(26)),
     sa.Column("tenant", sa.String(TENANT_CHARS), nullable=False, server_default=DEFAULT_TENANT),
+    sa.Column("adopted", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("upstream", sa.JSON),  # an adopted prediction's object at the legacy provider
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
     sa.Index("ix_jobs_shadow_of", "shadow_of"),

@@ -22,7 +22,7 @@ from datetime import datetime
 
 from contracts.replicate import WebhookEvent
 from gateway import retry
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.records import DeliveryStatus
 
 __all__ = ["Attempt", "Decision", "decide"]
 

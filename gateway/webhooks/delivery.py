@@ -43,8 +43,8 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.store.deliveries import Candidate, DeliveryQueue, OutboxRow
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.deliveries import Candidate, DeliveryQueue
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.webhooks import signing
 from gateway.webhooks.attempt import Attempt, Decision, decide
 from gateway.webhooks.post import USER_AGENT, log_outcome, post

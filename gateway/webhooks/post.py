@@ -9,14 +9,14 @@ one signed body (:func:`post`) through the session every delivery goes through
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
 from yarl import URL
 
-from gateway.store.deliveries import OutboxRow
-from gateway.store.outbox import DeliveryStatus
+from gateway.store.records import DeliveryStatus, OutboxRow
 from gateway.webhooks import connector, ssrf
 from gateway.webhooks.attempt import Attempt, Decision
 
@@ -25,6 +25,7 @@ __all__ = ["USER_AGENT", "host", "log_outcome", "open_session", "post"]
 log = logging.getLogger("gateway.webhooks.delivery")  # one logger for delivery
 
 USER_AGENT = "cutover"
+_INLINE_BODY_BYTES = 1024 * 1024  # aiohttp warns for raw bytes over 1 MiB: streamed
 
 
 @contextlib.asynccontextmanager
@@ -52,8 +53,9 @@ async def post(
 ) -> Attempt:
     """POST ``body`` to ``url`` once, redirects not followed: the status and ``Retry-After``
     of the answer, or the error (``refused`` when the SSRF guard refused the target)."""
+    data: bytes | io.BytesIO = io.BytesIO(body) if len(body) > _INLINE_BODY_BYTES else body
     try:
-        async with http.post(url, data=body, headers=headers, allow_redirects=False) as response:
+        async with http.post(url, data=data, headers=headers, allow_redirects=False) as response:
             return Attempt(
                 status_code=response.status,
                 retry_after=response.headers.get("Retry-After"),

@@ -13,9 +13,7 @@ For each: ``run``, ``create`` + ``wait``, ``cancel`` and a file output.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ import pytest
 import replicate
 from replicate.helpers import FileOutput
 
+from tests.support.background import BackgroundLoop
 from tests.support.cog_server import CogServer
 from tests.support.databases import sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
@@ -42,23 +41,6 @@ REF = f"acme/echo:{ECHO_VERSION}"
 TERMINAL = {"succeeded", "failed", "canceled"}
 KINDS = ["cog", "replicate-cutover", "fal", "runpod", "openai", "replicate"]
 FAST_POLL = {"fetch_interval_s": 0.2, "fetch_max_interval_s": 1.0}
-
-
-class BackgroundLoop:
-    """An event loop in a thread, for the fake servers of a synchronous test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        self.loop.close()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from gateway.app import _EVENTS, OWNER
 from gateway.retry import Backoff
 from gateway.store import events as events_module
 from gateway.store.due import Due
-from gateway.store.events import ProviderEvent
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.retry import Backoff
-from gateway.store.events import ProviderEvent
+from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.rollout.router import Routed, spec_of, target_of
-from gateway.rollout.settings import RouteSettings
+from gateway.rollout.router import Routed, target_of
 from gateway.rollout.shadowgate import shadow_job
+from gateway.rollout.spec import RouteSettings
 from gateway.store.records import NewJob
 from tests.support.gateway import GatewayHarness
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
@@ -62,7 +62,7 @@ def test_after_a_promote_each_arms_shadow_names_its_own_providers_model(
     baseline: int, provider: str, target: str
 ) -> None:
     route = _promoted_route()
-    spec = spec_of(route).model_copy(update={"provider": "new", "candidate": "old",
+    spec = route.spec().model_copy(update={"provider": "new", "candidate": "old",
                                              "baseline_percent": baseline})
     routed = Routed(route=route, model=route.model, version="hidden", deployment=None,
                     provider="new", target=target_of(route, "new"), spec=spec)

@@ -1,21 +1,28 @@
-"""An import-linter contract type for the seams import-linter cannot see by itself.
+"""import-linter contract types for what import-linter cannot say by itself.
 
 import-linter squashes an external package into one node (``aiohttp``), so its own
 contracts cannot say "``aiohttp.web`` only here, the ``aiohttp`` client elsewhere too".
 :class:`SubmoduleProtectedContract` reads the import statements of every module that
 imports the package and refuses those that reach a protected submodule from outside
-the allowed importers. Configured in ``pyproject.toml`` (``[tool.importlinter]``).
+the allowed importers.
+
+Its ``acyclic_siblings`` contract counts a package with everything inside it as one node,
+so a package holding two floors (``gateway.rollout``: pure policy below the store, its
+mechanism above) reads as a circle. :class:`AcyclicModulesContract` looks at modules:
+no module may import, directly or through others, a module that imports it back.
+Configured in ``pyproject.toml`` (``[tool.importlinter]``).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 from typing import Any
 
 from importlinter import Contract, ContractCheck, fields, output
 
-__all__ = ["SubmoduleProtectedContract"]
+__all__ = ["AcyclicModulesContract", "SubmoduleProtectedContract"]
 
 
 class SubmoduleProtectedContract(Contract):
@@ -69,3 +76,33 @@ def _reaches(module: str, protected: str) -> list[int]:
 
 def _within(name: str, protected: str) -> bool:
     return name == protected or name.startswith((f"{protected}.", f"{protected}_"))
+
+
+class AcyclicModulesContract(Contract):
+    """No import cycle among the modules of ``packages`` (TYPE_CHECKING imports count)."""
+
+    type_name = "acyclic_modules"
+
+    packages = fields.ListField(subfield=fields.StringField())
+    ignore_imports = fields.ListField(subfield=fields.StringField(), required=False)
+
+    def check(self, graph: Any, verbose: bool) -> ContractCheck:
+        roots = {str(name) for name in self.packages}  # type: ignore[attr-defined]
+        graph = copy.deepcopy(graph)
+        for ignored in self.ignore_imports or ():  # type: ignore[attr-defined]
+            importer, imported = (part.strip() for part in str(ignored).split("->"))
+            graph.remove_import(importer=importer, imported=imported)
+        cycles = []
+        for module in sorted(m for m in graph.modules if m.split(".")[0] in roots):
+            for imported in sorted(graph.find_modules_directly_imported_by(module)):
+                if imported.split(".")[0] not in roots:
+                    continue
+                back = graph.find_shortest_chain(importer=imported, imported=module)
+                if back is not None:  # module -> imported -> ... -> module
+                    cycles.append((module, *back))
+        return ContractCheck(kept=not cycles, metadata={"cycles": cycles})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for cycle in check.metadata["cycles"]:
+            output.print_error("- " + " -> ".join(cycle))
+            output.new_line()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gateway.store.engine import db, freshdb
+from gateway.store.engine import db
 
 
 def _schema(path: Path) -> tuple[set[tuple[str, str, str, str]], list[tuple[str]]]:
@@ -29,10 +29,10 @@ async def _migrate(path: Path, *, fresh_script: bool) -> None:
 
 
 def test_the_script_is_rendered_at_the_migrations_head() -> None:
-    revision, statements = freshdb.script()
+    revision, statements = db.head_script()
     assert revision == db.head_revision(), (
         "a migration was added or changed: render the script again with "
-        "`.venv/bin/python -m gateway.store.engine.freshdb > gateway/store/engine/sqlite_head.sql`"
+        "`.venv/bin/python -m gateway.store.engine.db > gateway/store/engine/sqlite_head.sql`"
     )
     assert statements
 
@@ -54,8 +54,8 @@ async def test_a_store_with_tables_is_left_to_the_migrations(tmp_path: Path) -> 
     engine = db.create_engine(f"sqlite+aiosqlite:///{path}")
     try:
         async with engine.begin() as connection:
-            assert not await freshdb.create_at_head(connection, db.head_revision())
-            assert not await freshdb.create_at_head(connection, "not-the-head")
+            assert not await db.create_at_head(connection, db.head_revision())
+            assert not await db.create_at_head(connection, "not-the-head")
     finally:
         await engine.dispose()
 
@@ -63,4 +63,4 @@ async def test_a_store_with_tables_is_left_to_the_migrations(tmp_path: Path) -> 
 async def test_render_writes_back_what_the_script_holds(tmp_path: Path) -> None:
     path = tmp_path / "migrated.db"
     await _migrate(path, fresh_script=False)
-    assert freshdb.render(path) == freshdb.SCRIPT.read_text()
+    assert db.render_head_script(path) == db.HEAD_SCRIPT.read_text()

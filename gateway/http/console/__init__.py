@@ -73,7 +73,7 @@ async def _signed_in_only(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def _public_url(request: web.Request) -> str:
-    return request.config_dict[keys.SETTINGS].gateway.public_url
+    return request.config_dict[keys.EDGE].public_url
 
 
 @extra.get("/sign-in", name="sign_in_form")

@@ -127,7 +127,7 @@ async def act(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"the console has no action {action!r}")
     form = await request.post()
     who = request[SIGNED_IN]
-    public_url = request.config_dict[keys.SETTINGS].gateway.public_url
+    public_url = request.config_dict[keys.EDGE].public_url
     check_change(request, who, _field(form, "csrf"), public_url)  # 403 before anything
     try:
         entry = await _apply(request, key, action, form, who.identity)

@@ -6,12 +6,29 @@ loop, without ``sqlalchemy.ext.asyncio`` and the ORM it imports), created by
 ``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of
 failing on a lock upgrade; on PostgreSQL claims use ``FOR UPDATE SKIP LOCKED`` (see
 :mod:`gateway.store.jobs`).
+
+:func:`migrate` brings a store to the migrations' head. Running the alembic migrations on
+an empty SQLite file costs a cold start about a fifth of a second (importing alembic and
+PostgreSQL's dialect, six revisions in batch mode), so ``sqlite_head.sql`` beside this
+module holds what they leave behind: the ``CREATE`` statement of every table and index,
+read back from ``sqlite_master`` of a database the migrations built, and the
+``alembic_version`` row. :func:`create_at_head` runs it on a database that has no table
+yet; every other store (an older revision, PostgreSQL) is migrated by alembic. The script
+names the revision it was rendered at; a script behind the migrations' head is never
+used (alembic runs instead), and ``tests/unit/test_fresh_sqlite_schema.py`` fails until
+it is rendered again::
+
+    .venv/bin/python -m gateway.store.engine.db > gateway/store/engine/sqlite_head.sql
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
+import sqlite3
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,14 +43,18 @@ from contracts.errors import ConfigurationError
 from gateway.store.engine import aio, inline
 
 __all__ = [
+    "HEAD_SCRIPT",
     "Engine",
     "StoreError",
+    "create_at_head",
     "create_engine",
     "dialect_insert",
     "head_revision",
+    "head_script",
     "is_sqlite",
     "migrate",
     "missing_file",
+    "render_head_script",
     "unreachable",
 ]
 
@@ -195,16 +216,14 @@ async def migrate(engine: Engine, *, fresh_script: bool = True) -> None:
     of the gateway's start-up time): its ``alembic_version`` is compared with the head
     revision named by the migration files themselves. An empty SQLite database is
     created at head from one pre-rendered script instead of the migrations
-    (:mod:`gateway.store.engine.freshdb`; ``fresh_script=False`` runs the migrations anyway).
+    (:func:`create_at_head`; ``fresh_script=False`` runs the migrations anyway).
     """
     head = head_revision()
     if await _version(engine) == head:
         return
     async with engine.begin() as connection:
         if fresh_script and is_sqlite(engine):
-            from gateway.store.engine import freshdb  # only on a store that is not at head
-
-            if await freshdb.create_at_head(connection, head):
+            if await create_at_head(connection, head):
                 return
         await connection.run_sync(_upgrade)
 
@@ -243,3 +262,81 @@ def _upgrade(connection: sa_engine.Connection) -> None:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+# --- a fresh SQLite store at head, from one pre-rendered script ------------------------
+
+HEAD_SCRIPT = Path(__file__).with_name("sqlite_head.sql")
+_REVISION_PREFIX = "-- alembic revision: "
+
+
+def head_script(path: Path = HEAD_SCRIPT) -> tuple[str | None, list[str]]:
+    """(the revision the script was rendered at, its statements in order); (None, [])
+    when there is no script (an install without it migrates with alembic)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, []
+    revision = None
+    for line in text.splitlines():
+        if line.startswith(_REVISION_PREFIX):
+            revision = line.removeprefix(_REVISION_PREFIX).strip()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    return revision, [s.strip() for s in body.split(";\n") if s.strip()]
+
+
+async def create_at_head(connection: aio.Connection, head: str | None) -> bool:
+    """Create the schema at ``head`` on ``connection`` (SQLite, inside its transaction)
+    when the database has no table yet and the script is at ``head``; False (nothing
+    done) otherwise, and the caller runs the migrations."""
+    revision, statements = head_script()
+    if head is None or revision != head:
+        return False
+    found = await connection.exec_driver_sql(
+        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+    )
+    if found.scalar_one() != 0:
+        return False
+    for statement in statements:
+        await connection.exec_driver_sql(statement)
+    return True
+
+
+def render_head_script(path: Path) -> str:
+    """The script for the SQLite database at ``path`` (migrated to its head)."""
+    with sqlite3.connect(path) as conn:
+        (revision,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        rows = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+        ).fetchall()
+    lines = [
+        "-- The SQLite schema the alembic migrations build, rendered by",
+        "-- `python -m gateway.store.engine.db`. Do not edit.",
+        f"{_REVISION_PREFIX}{revision}",
+    ]
+    lines += [f"{sql};\n" for (sql,) in rows]
+    row = f"INSERT INTO alembic_version (version_num) VALUES ('{revision}');"  # noqa: S608
+    lines.append(row)  # (the revision id of the migration files, not an input)
+    return "\n".join(lines) + "\n"
+
+
+async def _migrated(path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    try:
+        await migrate(engine, fresh_script=False)
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    """Print the head script for the migrations' current head (``python -m
+    gateway.store.engine.db > gateway/store/engine/sqlite_head.sql``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "head.db"
+        asyncio.run(_migrated(path))
+        sys.stdout.write(render_head_script(path))
+
+
+if __name__ == "__main__":
+    main()

@@ -34,9 +34,11 @@ from typing import TypeVar
 from gateway.store.engine import checkpoint, db
 from gateway.store.engine.aio import Engine
 
-__all__ = ["FastWrites", "in_list", "sqlite_time"]
+__all__ = ["FastWrites", "SqliteConnection", "in_list", "sqlite_time"]
 
 T = TypeVar("T")
+SqliteConnection = sqlite3.Connection
+"""The connection a :meth:`FastWrites.run` transaction gets (repositories name it as this)."""
 
 
 def sqlite_time(at: datetime | None) -> str | None:

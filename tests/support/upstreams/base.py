@@ -10,7 +10,8 @@ of one provider's documented wire format and render its bodies.
   ``output_kind``) and finish by themselves.
 * :meth:`fault` queues raw answers for the next requests of one operation (``submit``,
   ``status``, ``result``, ``cancel``, ``any``): 429/5xx bursts with ``Retry-After``,
-  malformed, empty, null or 10 MB bodies.
+  malformed, empty, null or 10 MB bodies; status ``0`` closes the connection unanswered.
+  :attr:`FakeUpstream.times` records when each operation was asked.
 * Webhooks the provider would send are recorded in :attr:`deliveries`; in ``auto``
   mode (or with :attr:`send_webhooks`) they are also POSTed.
 """
@@ -93,6 +94,7 @@ class FakeUpstream:
         self.faults: deque[Fault] = deque()
         self.deliveries: list[Delivery] = []
         self.requests: list[tuple[str, str]] = []
+        self.times: list[tuple[str, float]] = []  # (op, time.monotonic())
         self.ssl_context: ssl.SSLContext | None = None
         self.app = web.Application(client_max_size=64 * 1024**2)
         self.app.router.add_get("/files/{name}", self._file)
@@ -224,12 +226,17 @@ class FakeUpstream:
     def faulted(self, op: str, request: web.Request) -> web.Response | None:
         """Record the request; a queued fault's answer for ``op``, if any."""
         self.requests.append((op, request.path))
+        self.times.append((op, time.monotonic()))
         for fault in self.faults:
             if fault.op in (op, "any"):
                 fault.times -= 1
                 if fault.times <= 0:
                     self.faults.remove(fault)
-                return web.Response(status=fault.status, body=fault.body, headers=fault.headers)
+                if fault.status == 0:  # the connection drops before any answer
+                    assert request.transport is not None
+                    request.transport.close()
+                return web.Response(status=fault.status or 500, body=fault.body,
+                                    headers=fault.headers)
         return None
 
     def on_change(self, job: UpJob, event: str) -> None:

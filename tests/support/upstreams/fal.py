@@ -1,5 +1,10 @@
 """A fake fal queue (docs/providers.md, "fal"): submit, status, result, cancel, JWKS,
-and Ed25519-signed completion webhooks made with a test key."""
+and Ed25519-signed completion webhooks made with a test key.
+
+A failed job's status carries ``error: "Invalid status code: 422"``, as fal's does, and
+its result is the 422 with ``detail``; :meth:`FakeFal.refuse` makes that detail fal's
+list of field errors, each echoing the offending ``input`` (a prompt, a base64 image).
+"""
 
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class FakeFal(FakeUpstream):
 
     def __init__(self, **kwargs: Any) -> None:
         self.key = Ed25519PrivateKey.generate()
+        self.refusals: dict[str, list[dict[str, Any]]] = {}
         super().__init__(**kwargs)
 
     def routes(self, router: web.UrlDispatcher) -> None:
@@ -63,9 +69,18 @@ class FakeFal(FakeUpstream):
                     "payload": {"detail": "Request cancelled by the client."}}
         else:
             body = {"status": "ERROR", "error": "Invalid status code: 422",
-                    "payload": {"detail": job.error}}
+                    "payload": {"detail": self.detail(job)}}
         raw = json.dumps({"request_id": job.id, "gateway_request_id": job.id, **body}).encode()
         return sign_fal(self.key, job.id, raw), raw
+
+    def refuse(self, job: UpJob, items: list[dict[str, Any]]) -> None:
+        """The model refuses the input: a 422 whose ``detail`` is ``items`` (``loc``,
+        ``msg``, ``type``, and the ``input`` fal echoes)."""
+        self.refusals[job.id] = items
+        self.fail(job, str(items[0].get("msg", "refused")))
+
+    def detail(self, job: UpJob) -> Any:
+        return self.refusals.get(job.id, job.error)
 
     def signed(self, job: UpJob, body: bytes, **kwargs: Any) -> dict[str, str]:
         return sign_fal(self.key, job.id, body, **kwargs)
@@ -104,8 +119,11 @@ class FakeFal(FakeUpstream):
         if job.state == "running":
             logs = [{"message": line} for line in job.logs]
             return web.json_response({"status": "IN_PROGRESS", "logs": logs}, status=202)
-        return web.json_response({"status": "COMPLETED", "logs": None,
-                                  "metrics": {"inference_time": 0.5}})
+        body: dict[str, Any] = {"status": "COMPLETED", "logs": None,
+                                "metrics": {"inference_time": 0.5}}
+        if job.state == "failed":
+            body.update(error="Invalid status code: 422", error_type="ValidationError")
+        return web.json_response(body)
 
     async def _result(self, request: web.Request) -> web.Response:
         if (answer := self.faulted("result", request)) is not None:
@@ -118,7 +136,7 @@ class FakeFal(FakeUpstream):
         if job.state == "canceled":
             return web.json_response({"detail": "Request cancelled by the client."}, status=499)
         if job.state == "failed":
-            return web.json_response({"detail": job.error}, status=422)
+            return web.json_response({"detail": self.detail(job)}, status=422)
         return web.json_response({"detail": "Request is still in progress"}, status=400)
 
     async def _cancel(self, request: web.Request) -> web.Response:

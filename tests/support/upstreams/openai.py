@@ -5,6 +5,12 @@ Each call is a job of the base class while it is held. The answer is the prompt
 upper-cased, one word per streamed chunk. With ``max_tokens`` in the request the answer
 is that many ``"tok "`` chunks, 0.1 s apart (a long call to cancel). A job the test
 ``fail``\\ s answers 500; :attr:`gate` (if set) holds every answer until it opens.
+
+Stream faults, as real servers produce them (docs/providers.md, "OpenAI-compatible"):
+:attr:`FakeOpenAI.stream_end` ``"eof"`` ends a stream after its ``finish_reason`` chunk
+without ``[DONE]`` (TGI before 2.1.1); :attr:`FakeOpenAI.stream_error` is written after the
+first chunk instead of the rest: :data:`IN_BAND_ERRORS` holds TGI's, vLLM's and
+llama.cpp's forms.
 """
 
 from __future__ import annotations
@@ -19,9 +25,29 @@ from aiohttp import web
 
 from tests.support.upstreams.base import FakeUpstream, UpJob
 
-__all__ = ["OPENAI_TOKEN", "FakeOpenAI"]
+__all__ = ["IN_BAND_ERRORS", "OPENAI_TOKEN", "FakeOpenAI"]
 
 OPENAI_TOKEN = "sk-test-openai"  # a test value, not a credential
+
+#: Server -> (its in-band error event, the message the app should read).
+IN_BAND_ERRORS: dict[str, tuple[str, str]] = {
+    "tgi": (  # no [DONE] follows (huggingface/text-generation-inference#1896)
+        'data: {"error":"Input validation error: `top_p` must be > 0.0 and < 1.0",'
+        '"error_type":"validation"}\n\n',
+        "Input validation error: `top_p` must be > 0.0 and < 1.0 (validation)",
+    ),
+    "vllm": (  # then [DONE]
+        'data: {"error": {"object": "error", "message": "This model\'s maximum context length'
+        ' is 4096 tokens", "type": "BadRequestError", "param": null, "code": 400}}\n\n'
+        "data: [DONE]\n\n",
+        "This model's maximum context length is 4096 tokens (BadRequestError)",
+    ),
+    "llama.cpp": (  # the non-standard ``error:`` field of 2025 builds, then [DONE]
+        'error: {"code":400,"message":"the request exceeds the available context size",'
+        '"type":"invalid_request_error"}\n\ndata: [DONE]\n\n',
+        "the request exceeds the available context size (invalid_request_error)",
+    ),
+}
 
 
 class FakeOpenAI(FakeUpstream):
@@ -29,6 +55,8 @@ class FakeOpenAI(FakeUpstream):
         super().__init__(**{**kwargs, "auto": False})  # a call runs while it is held
         self.gate: asyncio.Event | None = None
         self.closed_early = 0  # calls whose client went away before the answer ended
+        self.stream_end = "done"  # "done": [DONE] last; "eof": the finish_reason chunk last
+        self.stream_error: str | None = None  # raw events sent after the first chunk
 
     def routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/chat/completions", self._chat)
@@ -84,14 +112,20 @@ class FakeOpenAI(FakeUpstream):
         await response.prepare(request)
         delay = 0.1 if "max_tokens" in body else 0.0
         try:
-            for word in words:
+            for n, word in enumerate(words):
                 part = {"delta": {"content": word}} if chat else {"text": word}
                 chunk = {"id": job.id, "choices": [{"index": 0, **part, "finish_reason": None}]}
                 await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if self.stream_error is not None and n == 0:
+                    await response.write(self.stream_error.encode())
+                    job.state = "failed"
+                    await response.write_eof()
+                    return response
                 if delay:
                     await asyncio.sleep(delay)
             end = {"id": job.id, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-            await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+            done = "data: [DONE]\n\n" if self.stream_end == "done" else ""
+            await response.write(f"data: {json.dumps(end)}\n\n{done}".encode())
         except (ConnectionResetError, asyncio.CancelledError):
             self.closed_early += 1
             job.state = "canceled"

@@ -1,6 +1,7 @@
 """A fake Replicate API (docs/providers.md, "replicate"): creates by version, model and
 deployment, GET, cancel, ``/v1/files`` uploads, the webhook secret, and Standard
-Webhooks-signed events (start, completed)."""
+Webhooks-signed events (start, completed). Ids have Replicate's shape (26 lowercase
+characters); a prediction names its model and version and its real creation time."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import base64
 import json
 import secrets
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -33,15 +34,24 @@ class FakeReplicate(FakeUpstream):
     def __init__(self, **kwargs: Any) -> None:
         self.secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
         self.created_by: list[str] = []  # "version:<id>", "model:<o/n>", "deployment:<o/n>"
+        self.created_at: dict[str, datetime] = {}
+        self.facts: dict[str, dict[str, Any]] = {}  # id -> model, version, stream
         #: ``owner/name`` -> (version id, its openapi_schema), served by the models API.
         self.versions: dict[str, tuple[str, dict[str, Any]]] = {}
         super().__init__(**kwargs)
+
+    def new_job(self, input_: dict[str, Any], webhook: str | None, scope: str = "",
+                job_id: str | None = None) -> UpJob:
+        job_id = job_id or base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
+        self.created_at[job_id] = datetime.now(UTC)
+        return super().new_job(input_, webhook, scope, job_id)
 
     def routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/predictions", self._by_version)
         router.add_post("/v1/models/{owner}/{name}/predictions", self._by_model)
         router.add_post("/v1/deployments/{owner}/{name}/predictions", self._by_deployment)
         router.add_get("/v1/predictions/{id}", self._get)
+        router.add_get("/v1/predictions", self._list)
         router.add_post("/v1/predictions/{id}/cancel", self._cancel)
         router.add_get("/v1/webhooks/default/secret", self._secret)
         router.add_post("/v1/files", self._upload)
@@ -74,9 +84,13 @@ class FakeReplicate(FakeUpstream):
             "output": job.output if job.state in ("running", "succeeded") else None,
             "error": job.error, "logs": "\n".join(job.logs),
             "metrics": {"predict_time": 0.5} if job.terminal else {},
-            "created_at": "2026-01-01T00:00:00Z",
+            "created_at": _iso(self.created_at.get(job.id)),
+            "model": self.facts.get(job.id, {}).get("model", "acme/echo"),
+            "version": self.facts.get(job.id, {}).get("version", "hidden"),
             "urls": {"get": f"{self.url}/v1/predictions/{job.id}",
-                     "cancel": f"{self.url}/v1/predictions/{job.id}/cancel"},
+                     "cancel": f"{self.url}/v1/predictions/{job.id}/cancel",
+                     **({"stream": f"{self.url}/v1/streams/{job.id}"}
+                        if self.facts.get(job.id, {}).get("stream") else {})},
         }
 
     def webhook_for(self, job: UpJob, event: str) -> tuple[dict[str, str], bytes] | None:
@@ -101,6 +115,9 @@ class FakeReplicate(FakeUpstream):
             how = f"version:{data.get('version')}"
         self.created_by.append(how)
         job = self.new_job(data["input"], data.get("webhook"))
+        model = how.partition(":")[2] if how.startswith(("model:", "deployment:")) else None
+        self.facts[job.id] = {"model": model or "acme/echo", "stream": bool(data.get("stream")),
+                              "version": data.get("version") or "hidden"}
         return web.json_response(self.prediction(job), status=201)
 
     async def _by_version(self, request: web.Request) -> web.Response:
@@ -122,6 +139,32 @@ class FakeReplicate(FakeUpstream):
             return web.json_response({"detail": "Not found", "status": 404}, status=404)
         return web.json_response(self.prediction(job))
 
+    async def seed(self, count: int, *, every_s: float = 60.0) -> list[str]:
+        """``count`` succeeded predictions, one ``every_s`` seconds into the past (the
+        newest now), each with a file output; their ids, newest first."""
+        made = []
+        for n in range(count):
+            job = self.new_job({"prompt": f"p{n}", "output_kind": "file"}, None)
+            self.created_at[job.id] = datetime.now(UTC) - timedelta(seconds=every_s * n)
+            self.finish(job)
+            made.append(job.id)
+        return made
+
+    async def _list(self, request: web.Request) -> web.Response:
+        """Newest first, 100 a page; ``cursor`` is the position (opaque to clients)."""
+        if (answer := self.faulted("list", request)) is not None:
+            return answer
+        ordered = sorted((j for j in self.jobs.values() if not j.expired),
+                         key=lambda j: self.created_at.get(j.id, _EPOCH), reverse=True)
+        start = int(request.query.get("cursor", "0"))
+        page = ordered[start:start + 100]
+        more = start + 100 < len(ordered)
+        return web.json_response({
+            "previous": None,
+            "next": f"{self.url}/v1/predictions?cursor={start + 100}" if more else None,
+            "results": [self.prediction(j) for j in page],
+        })
+
     async def _cancel(self, request: web.Request) -> web.Response:
         if (answer := self.faulted("cancel", request)) is not None:
             return answer
@@ -142,3 +185,10 @@ class FakeReplicate(FakeUpstream):
         self.files[name] = data
         return web.json_response({"id": name, "size": len(data),
                                   "urls": {"get": f"{self.url}/files/{name}"}}, status=201)
+
+
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _iso(at: datetime | None) -> str:
+    return (at or _EPOCH).isoformat().replace("+00:00", "Z")

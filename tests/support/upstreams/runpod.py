@@ -1,6 +1,11 @@
 """A fake RunPod serverless API in the cloud's shapes (docs/providers.md, "RunPod"):
 ``/v2/{endpoint}/run``, ``/status/{id}``, ``/cancel/{id}``, unsigned terminal webhooks
-carrying the status object plus the job's input."""
+carrying the status object plus the job's input.
+
+:attr:`FakeRunPod.cancel_ignored` answers ``/cancel`` with ``CANCELLED`` while the worker
+keeps running the job (a sync handler cannot be stopped before it returns,
+docs/providers.md §3.4): its status stays ``IN_PROGRESS`` until the test finishes it.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ _STATUS = {
 
 class FakeRunPod(FakeUpstream):
     file_form = "data"  # handlers return base64; the gateway copies it
+    cancel_ignored = False
 
     def routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v2/{ep}/run", self._run)
@@ -76,5 +82,8 @@ class FakeRunPod(FakeUpstream):
         job = self._job(request)
         if job is None:
             return web.json_response({"error": "job not found"}, status=404)
+        if self.cancel_ignored and not job.terminal:
+            job.cancel_requested = True
+            return web.json_response({"id": job.id, "status": "CANCELLED"})
         self.cancel_job(job)
         return web.json_response({"id": job.id, "status": _STATUS[job.state]})
