@@ -14,7 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from contracts.job import TERMINAL_STATES, Job, JobState
 
@@ -43,7 +52,8 @@ class OutputFile(BaseModel):
         it are read as "this file", not as text. Reports may link or show it.
     path : Path or None
         A local file holding the bytes, read by :func:`read_path` when no reader is given;
-        never serialised (a report shows no server file-system path).
+        left out of a dump whose context has ``public`` (the JSON report: no server
+        file-system path), kept in the stored comparison (previews read it).
     key : str or None
         The storage key, for a caller-supplied :data:`Reader`.
     """
@@ -54,8 +64,15 @@ class OutputFile(BaseModel):
     size_bytes: int = Field(ge=0)
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     url: str | None = None
-    path: Path | None = Field(default=None, exclude=True)
+    path: Path | None = None
     key: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _public(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        dumped = handler(self)
+        if isinstance(dumped, dict) and (info.context or {}).get("public"):
+            dumped.pop("path", None)
+        return dumped
 
     @property
     def media_type(self) -> str:

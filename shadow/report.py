@@ -146,7 +146,7 @@ def render(report: Report, fmt: Format, *, image_src: ImageSource | None = None)
         An unknown format.
     """
     if fmt == "json":
-        return report.model_dump_json(indent=2)
+        return report.model_dump_json(indent=2, context={"public": True})  # no server paths
     if fmt == "md":
         return md_report.render_md(report)
     if fmt == "html":

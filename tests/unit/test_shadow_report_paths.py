@@ -23,6 +23,8 @@ def test_the_json_report_names_no_server_path(tmp_path: Path) -> None:
     text = report.render(built, "json")
     assert str(tmp_path) not in text and '"path"' not in text
     assert "https://gw.test/a.png" in text
+    kept = odd.model_dump(mode="json")["control"]["files"][0]  # the stored comparison's
+    assert kept["path"] == str(stored)  # previews of a stored pair still read the file
 
 
 def test_the_coverage_line_lists_skips_by_reason() -> None:
