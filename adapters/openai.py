@@ -129,6 +129,7 @@ class OpenAIAdapter:
         self.capabilities = Capabilities(
             webhooks=False, fetch=True, cancel=True, lost_grace_s=grace,
             fetch_interval_s=fetch_interval_s, fetch_max_interval_s=fetch_max_interval_s,
+            input_map=mapping.DEFAULT_MAPS.get(api),
         )
         if api not in mapping.API_PATHS:
             raise ValueError(f"api must be one of {sorted(mapping.API_PATHS)}, got {api!r}")
@@ -158,13 +159,14 @@ class OpenAIAdapter:
     async def submit(self, request: SubmitRequest) -> ProviderSnapshot:
         """Start holding the call; ``RUNNING`` at once (a retried submit: its state).
 
-        Raises ``UpstreamRejected`` when the input does not map (no ``prompt``...).
+        ``request.input`` is the request body as mapped (the default map,
+        :data:`adapters.openai_mapping.DEFAULT_MAPS`, refuses an input without ``prompt``).
         """
         self._purge()
         pid = f"{self._instance}-{request.job_id}"
         if pid not in self._calls:
             model = request.target or request.model
-            body = mapping.build_request(self._api, model, request.input, self._stream)
+            body = mapping.build_request(model, request.input, self._stream)
             call = _Call()
             call.task = asyncio.create_task(self._hold(call, body), name=f"openai:{pid}")
             self._calls[pid] = call

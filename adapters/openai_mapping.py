@@ -22,7 +22,9 @@ Replicate input                        OpenAI-compatible request
 Outputs: chat and completions give a list of string chunks, as Replicate's language
 models do (one chunk per streamed delta, or one chunk); images give a list of files
 (``data:`` URIs from ``b64_json``, which the gateway copies into owned storage, or the
-provider's URLs). Unknown input keys are ignored.
+provider's URLs). Unknown input keys are ignored. The input side is a jq program per
+API (:data:`DEFAULT_MAPS`), the default map the gateway runs before ``submit``; a route's
+own ``[routes.maps.PROVIDER] input`` replaces it (docs/translation.md).
 """
 
 from __future__ import annotations
@@ -30,10 +32,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from contracts.errors import UpstreamRejected
-
 __all__ = [
     "API_PATHS",
+    "DEFAULT_MAPS",
     "IMAGE_KEYS",
     "SAMPLING_KEYS",
     "Api",
@@ -74,58 +75,58 @@ IMAGE_KEYS: Mapping[str, str] = {
 }
 
 
-def build_request(api: str, model: str, data: Mapping[str, Any], stream: bool) -> dict[str, Any]:
-    """The request body for ``api`` from a Replicate-style input.
+def _renamed(table: Mapping[str, str]) -> str:
+    """The jq object of ``table`` (Replicate key -> OpenAI key): each OpenAI key from the
+    last of its Replicate keys the input has (a key it has none of comes out ``null``,
+    which the gateway does not send)."""
+    sources: dict[str, list[str]] = {}
+    for src, dst in table.items():
+        sources.setdefault(dst, []).append(src)
+    fields = []
+    for dst, names in sources.items():
+        expr = f".{names[0]}"
+        for name in names[1:]:
+            expr = f'(if has("{name}") then .{name} else {expr} end)'
+        fields.append(f"{dst}: {expr}")
+    return "{" + ", ".join(fields) + "}"
 
-    Raises
-    ------
-    UpstreamRejected
-        No ``prompt`` (or not a string), or a value of the wrong type.
-    """
-    prompt = data.get("prompt")
-    if not isinstance(prompt, str):
-        raise UpstreamRejected("input.prompt: a string is required")
-    body: dict[str, Any] = {"model": model}
-    if api == "images":
-        body.update(prompt=prompt, response_format="b64_json")
-        body.update({dst: data[src] for src, dst in IMAGE_KEYS.items() if src in data})
-        if "width" in data and "height" in data:
-            body["size"] = f"{_int(data, 'width')}x{_int(data, 'height')}"
-        return body
-    body.update({dst: data[src] for src, dst in SAMPLING_KEYS.items() if src in data})
-    if isinstance(body.get("stop"), str):
-        body["stop"] = [part for part in body["stop"].split(",") if part]
-    if api == "completions":
-        body["prompt"] = prompt
-    else:
-        body["messages"] = _messages(prompt, data)
+
+_PROMPT = """if (.prompt | type) != "string"
+  then error("input.prompt: a string is required") else . end"""
+_STOP = """if (.stop | type) == "string"
+  then .stop = (.stop | split(",") | map(select(. != ""))) else . end"""
+_INT = """def int($key): .[$key] as $v
+  | if ($v | type) != "number" or ($v | floor) != $v
+    then error("input.\\($key): an integer is required") else $v end;"""
+
+#: The default input map per API, in jq (docs/translation.md, "Default maps"): the table
+#: above. The gateway runs it when a route gives no input map for the provider; the
+#: adapter then adds ``model`` (and ``stream``) to what it gives.
+DEFAULT_MAPS: Mapping[str, str] = {
+    "chat": f"""{_PROMPT}
+| ({_renamed(SAMPLING_KEYS)} | {_STOP}) + {{messages: (
+    [if (.system_prompt | type) == "string" and .system_prompt != ""
+      then {{role: "system", content: .system_prompt}} else empty end]
+    + [{{role: "user", content: (if (.image | type) == "string" and .image != ""
+        then [{{type: "text", text: .prompt}}, {{type: "image_url", image_url: {{url: .image}}}}]
+        else .prompt end)}}])}}""",
+    "completions": f"""{_PROMPT}
+| ({_renamed(SAMPLING_KEYS)} | {_STOP}) + {{prompt}}""",
+    "images": f"""{_INT}
+{_PROMPT}
+| {{prompt, response_format: "b64_json"}} + {_renamed(IMAGE_KEYS)}
+  + (if has("width") and has("height")
+     then {{size: "\\(int("width"))x\\(int("height"))"}} else {{}} end)""",
+}
+
+
+def build_request(model: str, data: Mapping[str, Any], stream: bool) -> dict[str, Any]:
+    """The request body: ``data`` (the input as mapped, :data:`DEFAULT_MAPS` by
+    default) with ``model``, and ``stream`` for a streamed call."""
+    body: dict[str, Any] = {"model": model, **data}
     if stream:
         body["stream"] = True
     return body
-
-
-def _int(data: Mapping[str, Any], key: str) -> int:
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UpstreamRejected(f"input.{key}: an integer is required")
-    return value
-
-
-def _messages(prompt: str, data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    system = data.get("system_prompt")
-    if isinstance(system, str) and system:
-        messages.append({"role": "system", "content": system})
-    image = data.get("image")
-    if isinstance(image, str) and image:
-        content: Any = [
-            {"type": "text", "text": prompt},
-            {"type": "image_url", "image_url": {"url": image}},
-        ]
-    else:
-        content = prompt
-    messages.append({"role": "user", "content": content})
-    return messages
 
 
 def delta_of(api: str, chunk: Any) -> str:

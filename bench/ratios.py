@@ -7,7 +7,8 @@ polled), and beside it the reference programs (bench/support/refs.py):
 * GET of one finished prediction, gateway vs the bare aiohttp server answering the
   gateway's own bytes for it (wrk, closed loop): ratio of requests/s;
 * the same GET at a fixed 200 requests/s (hey): added p50 and p99 latency in ms;
-* GET of one unfinished prediction, and the list (a page of 100): absolute figures;
+* GET of one in-flight prediction (what ``wait()`` and ``reload()`` poll), vs the bare
+  server answering its bytes: ratio of requests/s; the list (a page of 100): absolute;
 * create (POST /v1/predictions, dispatched to the fake provider in the same process), vs
   the FastAPI + Celery + PostgreSQL peer's POST /jobs: ratio of requests/s.
 
@@ -150,6 +151,25 @@ def added_latency(gateway_url: str, bare_url: str, rounds: int, seconds: float) 
             f"p99 {load.median(p99s):+.2f} ms (medians)")
 
 
+def inflight_gets(gateway: GatewayProcess, backend: str, job_id: str, work: Path,
+                  args: argparse.Namespace) -> str:
+    """GET of an in-flight prediction (what ``wait()`` and ``reload()`` poll) against the
+    bare server answering the same bytes, alternating rounds, with CPU per request."""
+    wrk_args = {"seconds": args.seconds, "connections": args.connections, "headers": AUTH}
+    url = f"{gateway.url}/v1/predictions/{job_id}"
+    body_file = work / "running.json"
+    body_file.write_bytes(httpx.get(url, headers=AUTH).content)
+    gets = Rounds(f"{backend} GET in flight vs bare")
+    with refs.bare_server(body_file) as bare:
+        bare_url = f"{bare.url}/v1/predictions/{job_id}"
+        for n in range(1, args.rounds + 1):
+            gets.round(n, load.with_cpu(gateway.pid, args.seconds,
+                                        lambda: load.wrk(url, **wrk_args)),
+                       load.with_cpu(bare.proc.pid, args.seconds,
+                                     lambda: load.wrk(bare_url, **wrk_args)))
+    return gets.summary()
+
+
 def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None) -> list[str]:
     summaries = []
     wrk_args = {"seconds": args.seconds, "connections": args.connections, "headers": AUTH}
@@ -179,9 +199,7 @@ def run_backend(backend: str, args: argparse.Namespace, peer: refs.Server | None
                     summaries.append(f"{backend} " + added_latency(
                         get_url, bare_url, args.rounds, args.seconds))
             if "reads" in args.parts:
-                running_url = f"{gateway.url}/v1/predictions/{running['id']}"
-                result = load.wrk(running_url, **wrk_args)
-                summaries.append(f"{backend + ' GET unfinished':32} {result.line()}")
+                summaries.append(inflight_gets(gateway, backend, running["id"], work, args))
                 result = load.wrk(f"{gateway.url}/v1/predictions", **wrk_args)
                 summaries.append(f"{backend + ' list (100 a page)':32} {result.line()}")
             script = work / "post.lua"

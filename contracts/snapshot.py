@@ -156,6 +156,10 @@ class Capabilities(BaseModel):
     max_inline_input_bytes : int or None
         ``data:`` URIs longer than this are stored by the gateway and sent as its own URL
         (docs/providers.md, "File inputs"); None sends every input as it is.
+    input_map : str or None
+        A jq program the gateway runs on a Replicate-style input before ``submit`` when
+        the route gives none for this provider (docs/translation.md, "Default maps");
+        None: the adapter takes the input as it is.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -170,3 +174,4 @@ class Capabilities(BaseModel):
     webhook_poke: bool = False
     cancel_is_final: bool = False
     max_inline_input_bytes: int | None = None
+    input_map: str | None = None

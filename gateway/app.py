@@ -239,7 +239,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             store=store, copier=copier,
             notifier=app[keys.NOTIFIER],
             file_hosts=assembly.output_file_hosts(settings),
-            metrics=app[keys.METRICS],
+            metrics=app[keys.METRICS], translator=assembly.translator(app),
             contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
         )
         app[keys.PREDICTIONS] = PredictionService(
@@ -305,6 +305,7 @@ def build_loops(app: web.Application) -> list[Loop]:
     loops: list[Loop] = [
         Dispatcher(
             **common, callback_base_url=base, resolve_input=app[files.FILES].resolve_input,
+            translator=assembly.translator(app),
             metrics=app[keys.METRICS], shadow_gate=app[keys.ROUTES].shadow_gate(),
             stager=InputStager(app[keys.STORAGE], gw.public_url, app[keys.STORE]),
             backoff=backoff, cancel_grace_s=gw.cancel_grace_s, cancel_resend_s=gw.cancel_resend_s,

@@ -33,13 +33,15 @@ from gateway.store.engine.aio import Engine
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
 from gateway.store.sessions import ConsoleSessions
+from gateway.translator import Translator
 from gateway.validation import Schemas
 from gateway.webhooks import signing
 from gateway.webhooks.signers import TenantSigners
 
 __all__ = [
     "adopter", "download_key", "open_routes", "output_file_hosts", "retention_loop",
-    "schema_fetcher", "signers", "signing_secrets", "storage_for", "uploads", "webhook_signer",
+    "schema_fetcher", "signers", "signing_secrets", "storage_for", "translator", "uploads",
+    "webhook_signer",
 ]
 
 _GATEWAY_SECRET_ROW = "webhook_signing_secret"  # noqa: S105 (a row name, not a secret)
@@ -218,3 +220,14 @@ def adopter(app: Any, engine: Any, finalizer: Finalizer) -> Adopter | None:
         lookups_per_s=gw.legacy_lookups_per_s, burst=gw.legacy_lookup_burst,
         unknown_ttl_s=gw.legacy_unknown_ttl_s, clock=app[keys.CLOCK],
     )
+
+
+def translator(app: Any) -> Translator:
+    """The maps of the app's routes, with each adapter's default input map
+    (docs/translation.md); after the providers are open."""
+    from gateway.http import keys  # the keys name this module's own types
+
+    providers = app[keys.PROVIDERS]
+    defaults = {name: p.adapter.capabilities.input_map for name, p in providers.items()}
+    router = app[keys.ROUTER]
+    return Translator(lambda key: router.spec(key).maps, defaults)

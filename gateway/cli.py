@@ -137,9 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)
-        logs.configure(
-            args.log_level or settings.logging.level or "INFO", settings.logging.format
-        )
+        logs.configure(args.log_level or settings.logging.level or "INFO", settings.logging.format)
         if args.command == "webhooks":
             return asyncio.run(_webhooks(settings, args))
         if args.command == "import":
@@ -149,8 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             return _check(settings, args.config)
         if args.command == "migrate":
-            asyncio.run(_migrate(settings))
-            return 0
+            return asyncio.run(_migrate(settings)) or 0
         return _serve(settings, args.listen_fd)
     except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)

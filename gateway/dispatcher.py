@@ -62,12 +62,14 @@ from gateway.files.inputs import InputStager
 from gateway.files.outputs import AssetError
 from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop
+from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
 from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
+from gateway.translator import Translator
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 
@@ -109,8 +111,10 @@ class Dispatcher(Loop):
         shadow_gate: ShadowGate | None = None,
         cancel_grace_s: float = 30.0,
         cancel_resend_s: float = 2.0,
+        translator: Translator | None = None,
     ) -> None:
         super().__init__(notifier=notifier, interval_s=interval_s, clock=clock)
+        self._translator = translator
         self._metrics = metrics
         self._stager = stager
         self._last_served: dict[str, float] = {}
@@ -173,8 +177,8 @@ class Dispatcher(Loop):
             assert token_row is not None
             webhook_url = callback_url(self._callback_base_url, job, token_row[1])
         try:
-            model_input = await self._stage(provider, job)
-        except AssetError as exc:
+            model_input = await self._stage(provider, job, self._mapped_input(provider, job))
+        except (AssetError, MapError) as exc:
             await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
             return
         request = SubmitRequest(
@@ -278,12 +282,19 @@ class Dispatcher(Loop):
         await self._finalizer.finish_here(job, JobState.CANCELED, why_never_started(job))
         return True
 
-    async def _stage(self, provider: Provider, job: Job) -> dict[str, Any]:
+    def _mapped_input(self, provider: Provider, job: Job) -> dict[str, Any]:
+        """The job's input through the route's input map for ``provider``
+        (docs/translation.md); ``MapError`` fails the job."""
+        if self._translator is None:
+            return job.input
+        return self._translator.input(job, provider.name, job.input)
+
+    async def _stage(self, provider: Provider, job: Job, value: dict[str, Any]) -> dict[str, Any]:
         """The input in the form the provider takes (large files as owned URLs)."""
         limit = provider.adapter.capabilities.max_inline_input_bytes
         if self._stager is None or limit is None:
-            return job.input
-        staged: dict[str, Any] = await self._stager.stage(job.id, job.input, limit)
+            return value
+        staged: dict[str, Any] = await self._stager.stage(job.id, value, limit)
         return staged
 
     async def _crashed(self, provider: Provider, job: Job, exc: Exception) -> None:

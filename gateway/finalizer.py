@@ -22,9 +22,11 @@ from contracts.job import Job, JobState
 from contracts.snapshot import ErrorClass, ProviderSnapshot
 from gateway.conformance import OutputContract, OutputMismatch
 from gateway.files.outputs import AssetError, OutputCopier, has_files
+from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
+from gateway.translator import Translator
 from gateway.validation import noted_logs
 from gateway.wire import timestamp
 
@@ -46,8 +48,10 @@ class Finalizer:
         notifier: Notifier,
         file_hosts: Mapping[str, Collection[str]] | None = None,
         metrics: Metrics | None = None,
+        translator: Translator | None = None,
         contract: OutputContract | None = None,
     ) -> None:
+        self._translator = translator
         self._store = store
         self._contract = contract
         self._copier = copier
@@ -98,12 +102,16 @@ class Finalizer:
         neither output nor logs: its outcome is :meth:`finalize`'s to record. An output
         that still holds provider files (``data:`` URIs, URLs on the provider's file
         hosts) is withheld until the terminal copy: apps never see provider-native shapes
-        that change at the end (docs/lifecycle.md, "Interim output").
+        that change at the end (docs/lifecycle.md, "Interim output"). The route's output
+        map runs first (an interim output it fails on is withheld).
         """
         if snapshot.state.terminal:
             return Progress(JobState.QUEUED, snapshot.raw_status)
         state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
-        output = snapshot.output
+        try:
+            output = self._mapped_output(job, snapshot.output)
+        except MapError:  # withheld; the final output's map fails the prediction
+            output = None
         if self._contract is not None:
             output = self._contract.interim(job.route, output)
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
@@ -132,7 +140,12 @@ class Finalizer:
             # them (docs/providers.md, "Error classes").
             error = errortext.one_line(snapshot.error) if snapshot.error else None
             return Outcome(state=snapshot.state, error=error, **base)
-        output = snapshot.output
+        try:
+            output = self._mapped_output(job, snapshot.output)
+        except MapError as exc:
+            log.warning("output_map_failed", extra={"job_id": job.id, "error": exc.detail})
+            return Outcome(state=JobState.FAILED, error=exc.detail,
+                           raw_output=snapshot.output, **base)
         if self._contract is not None:  # after the route's output map, before any copy
             try:
                 output = await self._contract.conform(job.route, output)
@@ -153,6 +166,11 @@ class Finalizer:
             error = f"the output could not be stored ({type(exc).__name__})"
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
+
+    def _mapped_output(self, job: Job, output: Any) -> Any:
+        """The route's output map for the job's provider on ``output`` (docs/translation.md):
+        before files are copied, so only the URLs it keeps are fetched."""
+        return output if self._translator is None else self._translator.output(job, output)
 
     async def _record(
         self, job: Job, outcome: Outcome, error_class: ErrorClass | None = None,

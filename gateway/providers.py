@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from adapters import tls
@@ -19,6 +19,9 @@ from adapters.port import Adapter
 from contracts.errors import ConfigurationError
 from contracts.job import Job
 from contracts.snapshot import ProviderRef
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "Provider",
@@ -111,12 +114,14 @@ def build_adapter(
     jwks_url: str | None = None,
     ca_file: str | None = None,
     result_retry_window_s: float | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
 
     The arguments are ``[providers.NAME]``'s (docs/providers.md), ``token`` the
     credential itself (:func:`credential`). None (or ``""``) leaves the adapter's own
-    default: nothing here restates one.
+    default: nothing here restates one. ``transport`` replaces the network for the
+    adapter's HTTP client (``cutover routes translate`` captures the request with it).
 
     Raises
     ------
@@ -127,7 +132,7 @@ def build_adapter(
         raise ConfigurationError(f"provider {name!r}: ca_file = {ca_file}: {why}")
     options = _given(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
-        fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file,
+        fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file, transport=transport,
     )
     if kind == "cog":
         from adapters.cog import CogAdapter
@@ -146,6 +151,7 @@ def build_adapter(
 
         options.pop("request_timeout_s", None)
         options.pop("ca_file", None)
+        options.pop("transport", None)
         return FakeAdapter(name=name, **options)
     hosted = _given(base_url=base_url or None, rate_limit_per_s=rate_limit_per_s)
     if kind == "fal":

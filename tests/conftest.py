@@ -1,7 +1,10 @@
-"""Fixtures shared by every tier.
+"""Fixtures shared by every tier, and the tier and backend of each test (docs/testing.md).
 
-``backend`` runs a test on SQLite and on PostgreSQL (``CUTOVER_TEST_BACKENDS`` narrows
-it); ``gateway`` is an in-process app with a fake provider on that backend.
+``backend`` is the database a test runs on: SQLite only, unless the test is marked
+``every_backend`` (its point is the store's SQL), which runs it on SQLite and on PostgreSQL
+(``CUTOVER_TEST_BACKENDS`` narrows the list; ``CUTOVER_TEST_EVERY_BACKEND=1`` runs every
+test on every backend). ``gateway`` is an in-process app with a fake provider on that
+backend. Each test gets the marker of its tier from its directory (:data:`TIERS`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from gateway.config import Settings
 from tests.support.clock import MovableClock
 from tests.support.databases import (
     BACKENDS,
+    DEFAULT_BACKENDS,
     database_url_for,
     migrate,
     reset_database,
@@ -32,8 +36,46 @@ from tests.support.fixtures import (  # noqa: F401 (shared fixtures)
 )
 from tests.support.gateway import GatewayHarness, settings_dict
 
+#: The tier marker of each test directory: ``make check`` runs the fast ones.
+TIERS = {
+    "unit": "unit",
+    "contract": "integration",
+    "integration": "integration",
+    "security": "integration",
+    "fuzz": "integration",
+    "acceptance": "acceptance",
+    "chaos": "soak",
+}
 
-@pytest.fixture(params=BACKENDS)
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``backend``: every backend for an ``every_backend`` test, else the first."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    definitions = getattr(metafunc, "_arg2fixturedefs", {}).get("backend", ())
+    if definitions and definitions[-1].func is not backend.__wrapped__:  # type: ignore[attr-defined]
+        return  # a module's own ``backend`` fixture (the contract suite's SQLite) decides
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "backend" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return  # the test names its backends itself
+    every = metafunc.definition.get_closest_marker("every_backend") is not None
+    metafunc.parametrize("backend", BACKENDS if every else DEFAULT_BACKENDS, indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent
+    for item in items:
+        parts = item.path.relative_to(root).parts
+        tier = TIERS.get(parts[0]) if len(parts) > 1 else None
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend") == "postgres":
+            item.add_marker("postgres")
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

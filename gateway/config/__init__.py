@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from contracts.errors import ConfigurationError
+from gateway.config import problems
 from gateway.config import tenants as tenancy
 from gateway.config.sections import (
     AdminSettings,
@@ -67,7 +68,6 @@ _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UPLOAD_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,}$")
 _TOKEN_RE = re.compile(r"[\x21-\x7e]+")  # what an Authorization header can carry
-_UNION_MODELS = frozenset({AdminToken.__name__})  # tags pydantic puts in an error's loc
 
 
 class _Section(BaseModel):
@@ -280,7 +280,7 @@ class Settings(BaseSettings):
     def _routes_name_providers(self) -> Settings:
         seen: set[tuple[str, str | None]] = set()
         for route in self.routes:
-            for name in (route.provider, route.candidate):
+            for name in (route.provider, route.candidate, *route.maps):  # maps.PROVIDER too
                 if name is not None and name not in self.providers:
                     raise ValueError(f"route {route.model} names unknown provider {name!r}")
             key = (route.model, route.version)
@@ -365,7 +365,7 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        lines = "\n".join(f"  {_key(e)}: {_message(e)}{_did_you_mean(e)}"
+        lines = "\n".join(f"  {problems.key(e)}: {problems.message(e)}{_did_you_mean(e)}"
                           for e in exc.errors(include_url=False))
         raise ConfigurationError(f"invalid configuration in {where}:\n{lines}") from exc
     except SettingsError as exc:  # an environment value that does not parse
@@ -377,21 +377,6 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
         raise ConfigurationError(f"invalid configuration in {where}: {exc}") from exc
     finally:
         _TOML_FILE.reset(reading)
-
-
-def _key(error: Any) -> str:
-    """The setting's dotted path, without pydantic's tags of union members: an admin
-    token was named ``admin.tokens.0.lax-or-strict[lax=json-or-python[...]]...`` and
-    ``admin.tokens.0.AdminToken.token``."""
-    parts = [str(part) for part in error["loc"]
-             if not (isinstance(part, str) and ("[" in part or part in _UNION_MODELS))]
-    return ".".join(parts) or "(top level)"
-
-
-def _message(error: Any) -> str:
-    if error["type"] == "extra_forbidden":
-        return "is not a known setting"
-    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def _did_you_mean(error: Any) -> str:

@@ -7,6 +7,11 @@
 ``cutover routes set-shadow ROUTE PERCENT --reason T`` shadow PERCENT of control predictions
 ``cutover routes promote ROUTE --reason T``            the candidate becomes the control
 ``cutover routes pause-guard|resume-guard ROUTE --reason T``  the guard stops/starts acting
+``cutover routes set-map ROUTE --provider P [--input JQ] [--output JQ] --reason T``
+                                                      the route's maps for P (docs/translation.md)
+``cutover routes translate ROUTE --provider P --input JSON [--output JSON]``
+                                                      a dry run of the route's maps and
+                                                      schema checks (gateway/dryrun.py)
 
 ``cutover shadow report --route R [--since T] [--format md|json|html] [--output FILE]``
                                                       the route's shadow-diff report
@@ -32,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import CutoverError
-from gateway import assembly
+from gateway import assembly, dryrun
 from gateway.config import Settings
 from gateway.rollout.control import RouteControl, reason_problem
 from gateway.rollout.router import Router
@@ -74,6 +79,15 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
         command.add_argument("route")
         command.add_argument("percent", help="0 to 100")
         command.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    mapping = common(actions.add_parser(
+        "set-map", help="a provider's jq maps for the route (neither --input nor --output: "
+        "remove them)"))
+    mapping.add_argument("route")
+    mapping.add_argument("--provider", required=True, help="a configured provider's name")
+    mapping.add_argument("--input", help="the input map, a jq program")
+    mapping.add_argument("--output", help="the output map, a jq program")
+    mapping.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    dryrun.add_command(actions, common)
     for name, text in (
         ("rollback", "canary back to 0"),
         ("promote", "the candidate becomes the control at 100 %; no candidate after"),
@@ -125,6 +139,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
                 ShadowStore(engine), storage, public_url=settings.gateway.public_url,
             )
             return await _report(control, pairs, args)
+        if args.action == "translate":
+            return await dryrun.run(settings, await control.spec(args.route), args)
         return await _act(control, args)
     finally:
         if storage is not None:
@@ -143,6 +159,9 @@ async def _act(control: RouteControl, args: argparse.Namespace) -> int:
             entry = await control.set_canary(args.route, args.percent, who=WHO, reason=args.reason)
         elif args.action == "set-shadow":
             entry = await control.set_shadow(args.route, args.percent, who=WHO, reason=args.reason)
+        elif args.action == "set-map":
+            entry = await control.set_map(args.route, args.provider, input_map=args.input,
+                                          output_map=args.output, who=WHO, reason=args.reason)
         else:
             act = {"rollback": control.rollback, "promote": control.promote,
                    "pause-guard": control.pause_guard, "resume-guard": control.resume_guard}
@@ -207,6 +226,14 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+def _maps(maps: dict[str, Any]) -> list[str]:
+    """``maps        PROVIDER input: JQ`` lines (docs/translation.md), or ``maps  none``."""
+    lines = [f"maps        {provider} {side}: {programs[side]}"
+             for provider, programs in sorted(maps.items())
+             for side in ("input", "output") if programs.get(side) is not None]
+    return lines or ["maps        none"]
+
+
 def _show(shown: dict[str, Any]) -> str:
     spec = shown["spec"]
     lines = [
@@ -217,6 +244,7 @@ def _show(shown: dict[str, Any]) -> str:
         f"shadow      {_pct(spec['shadow_percent'])}",
         f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}"
         f"{' (paused)' if spec.get('guard_paused') else ''}",
+        *_maps(spec.get("maps") or {}),
         "",
     ]
     arms: list[tuple[str, ...]] = [

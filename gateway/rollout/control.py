@@ -16,8 +16,11 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, overload
 
+from pydantic import TypeAdapter, ValidationError
+
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.maps import MapSpec, map_problems
 from gateway.rollout.guardloop import DEFAULT_WINDOW_S, arm_stats, stuck_span
 from gateway.rollout.spec import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
@@ -114,6 +117,20 @@ class RouteControl:
         return await self.change(key, {"shadow_percent": value}, who=who, reason=reason,
                                  action="set-shadow")
 
+    async def set_map(self, key: str, provider: str, *, input_map: str | None,
+                      output_map: str | None, who: str, reason: str) -> AuditEntry:
+        """Give route ``key`` these maps for ``provider`` (neither: remove its maps),
+        keeping its other providers' maps (docs/translation.md); ``Conflict`` when the
+        route's maps changed meanwhile."""
+        spec = await self.spec(key)
+        maps = {name: m.model_dump() for name, m in spec.maps.items()}
+        if input_map is None and output_map is None:
+            maps.pop(provider, None)
+        else:
+            maps[provider] = {"input": input_map, "output": output_map}
+        return await self._guarded(key, {"maps": maps}, who=who, reason=reason, action="set-map",
+                                   still=lambda now: now.maps == spec.maps)
+
     async def promote(self, key: str, *, who: str, reason: str) -> AuditEntry:
         """Make the candidate the control at 100 %: the candidate becomes ``provider``,
         the route has no candidate any more, canary and shadow go to 0; the audit keeps
@@ -207,12 +224,30 @@ class RouteControl:
             name = update.get(field)
             if name is not None and name not in self._providers:
                 raise ContractViolation(f"{field} {name!r} is not a configured provider")
+        if "maps" in update:
+            self._check_maps(key, update["maps"])
         if problem := reason_problem(reason):
             raise ContractViolation(problem)
         entry = await self._book.change(key, who=who, action=action, reason=reason,
                                         update=update, only_if=only_if)
         assert entry is not None or only_if is not None
         return entry
+
+    def _check_maps(self, key: str, maps: Any) -> None:
+        """A live ``maps`` change names configured providers and compiles, else a
+        ``ContractViolation`` naming the route (and jq's message); nothing changes."""
+        try:
+            parsed = TypeAdapter(dict[str, MapSpec]).validate_python(maps)
+        except ValidationError as exc:
+            raise ContractViolation(f"route {key!r}: maps must be "
+                                    '{"PROVIDER": {"input": "JQ", "output": "JQ"}}: '
+                                    f"{exc.errors(include_url=False)[0]['msg']}") from None
+        unknown = sorted(set(parsed) - self._providers)
+        if unknown:
+            raise ContractViolation(f"route {key!r}: maps for {', '.join(unknown)}, "
+                                    "not configured provider(s)")
+        if problems := map_problems(parsed):
+            raise ContractViolation(f"route {key!r}: " + "; ".join(problems))
 
     async def spec(self, key: str) -> RouteSpec:
         """The stored spec of a configured route (``NotFound`` otherwise)."""

@@ -4,7 +4,8 @@ A route's *spec* is what an operator changes while the gateway runs: the control
 ``provider``, the ``candidate``, the canary and shadow percents, the caller key that
 makes the canary sticky, the guard thresholds, and the shadow input policy
 (:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
-and comparison thresholds (:class:`shadow.thresholds.Thresholds`).
+and comparison thresholds (:class:`shadow.thresholds.Thresholds`), and its ``maps``
+per provider (:class:`gateway.maps.MapSpec`, docs/translation.md).
 The config file seeds it; the store holds it (:mod:`gateway.store.routes`). A route as
 configured (``[[routes]]``, :class:`RouteSettings`) is its spec plus what only the config
 file says: which model, version or deployment it serves, the providers' own names for
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.replicate import VERSION_ID_RE
+from gateway.maps import MapSpec, map_problems
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 
@@ -150,6 +152,7 @@ class RouteSpec(_Frozen):
     shadow_policy: ShadowPolicy | None = None
     shadow_budget: ShadowBudget = Field(default_factory=ShadowBudget)
     shadow_thresholds: Thresholds = Field(default_factory=Thresholds)
+    maps: dict[str, MapSpec] = Field(default_factory=dict)
     #: Set live only (``cutover routes pause-guard``): the guard still counts, never acts.
     guard_paused: bool = False
 
@@ -168,13 +171,23 @@ class RouteSpec(_Frozen):
             raise ValueError("the candidate must be another provider than the control")
         return self
 
+    @model_validator(mode="after")
+    def _maps_compile(self) -> RouteSpec:
+        """A map that does not compile is refused with jq's message (docs/translation.md)."""
+        if problems := map_problems(self.maps):
+            raise ValueError("; ".join(problems))
+        return self
+
     def stored(self) -> dict[str, Any]:
         """The JSON form kept in the store (``caller_key`` as its text form;
-        ``guard_paused`` only while true, so a spec stored before it existed, and its
-        config digest, read the same)."""
-        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused"})
+        ``guard_paused`` only while true and ``maps`` only when there are some, so a spec
+        stored before they existed, and its config digest, read the same:
+        :func:`gateway.store.routes.config_hash`)."""
+        data = self.model_dump(mode="json", exclude={"caller_key", "guard_paused", "maps"})
         if self.guard_paused:
             data["guard_paused"] = True
+        if self.maps:
+            data["maps"] = {name: spec.model_dump(mode="json") for name, spec in self.maps.items()}
         return {**data, "caller_key": str(self.caller_key)}
 
 
@@ -233,6 +246,14 @@ class RouteSettings(RouteSpec):
                            ("route", route_key(self.model, self.version))):
             if name is not None and len(name) > 255:  # jobs.model, deployment, route
                 raise ValueError(f"the {what} {name[:40]!r}... is longer than 255 characters")
+        return self
+
+    @model_validator(mode="after")
+    def _maps_compile(self) -> RouteSettings:
+        """As the spec's check, naming the route: a map that does not compile stops the
+        gateway (and ``cutover check``) naming the route, the provider and jq's message."""
+        if problems := map_problems(self.maps):
+            raise ValueError(f"route {route_key(self.model, self.version)}: " + "; ".join(problems))
         return self
 
     def spec(self) -> RouteSpec:

@@ -205,7 +205,7 @@ class Claims(DispatchClaims):
         query = sa.select(provider_events.c.id).where(
             provider_events.c.job_id == job_id, provider_events.c.processed_at.is_(None)
         )
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return (await conn.execute(query.limit(1))).first() is not None
 
     async def count_in_flight(self, provider: str) -> int:
@@ -265,7 +265,7 @@ class Claims(DispatchClaims):
             )
 
     async def _select(self, query: sa.Select[Any]) -> list[Job]:
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return [_job(row) for row in await conn.execute(query)]
 
     # --- cancel and deadlines -------------------------------------------------------

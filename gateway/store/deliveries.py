@@ -112,7 +112,7 @@ class DeliveryQueue(lease.Leasing):
         found = self._reads.exists(_WAITING_SQL, (now, now))
         if found is not None:
             return found
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return (await conn.execute(_WAITING, {"now": now})).first() is not None
 
     async def give_back(self, ids: list[int]) -> int:

@@ -89,7 +89,7 @@ class Due:
         fast = self._reads.time(sql, params) if sql and self._reads is not None else None
         if fast is not None:
             return fast[0]
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return (await conn.execute(query())).scalar()
 
     async def dispatch(self, now: datetime) -> datetime | None:
@@ -169,7 +169,7 @@ class Due:
             sa.func.min(jobs.c.cancel_requested_at),
             sa.func.min(jobs.c.cancel_sent_at),
         ).where(jobs.c.state.in_(_ACTIVE))
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             deadline, oldest, requested, sent = (await conn.execute(query)).one()
         candidates = [
             deadline,

@@ -158,7 +158,7 @@ class JobStore(Claims):
         if fast is not None:
             found = fast[0]
         else:
-            async with self._engine.connect() as conn:
+            async with self._engine.read() as conn:
                 row = (await conn.execute(GET_JOB, {"job_id": job_id})).first()
             found = None if row is None else _job(row)
         if found is None:
@@ -173,7 +173,7 @@ class JobStore(Claims):
         there is no such job."""
         fast = self.fast_reads.leased_job(job_id)
         if fast is None:
-            async with self._engine.connect() as conn:
+            async with self._engine.read() as conn:
                 row = (await conn.execute(GET_LEASED_JOB, {"job_id": job_id})).first()
             if row is None:
                 raise NotFound(f"prediction {job_id!r} does not exist")
@@ -199,7 +199,7 @@ class JobStore(Claims):
         fast = self.fast_reads.callback_token(job_id)
         if fast is not None:
             return fast[0]
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             row = (
                 await conn.execute(
                     sa.select(jobs.c.provider, jobs.c.callback_token).where(jobs.c.id == job_id)
@@ -250,7 +250,7 @@ class JobStore(Claims):
         if created_before is not None:
             query = query.where(jobs.c.created_at < created_before)
         query = query if tenant is None else query.where(jobs.c.tenant == tenant)
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             found = [_job(row) for row in await conn.execute(query)]
         return found[::-1] if after is not None else found
 
@@ -259,7 +259,7 @@ class JobStore(Claims):
         found: list[str] = []
         if not job_ids:
             return found
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             for start in range(0, len(job_ids), _BATCH):
                 chunk = job_ids[start : start + _BATCH]
                 query = sa.select(jobs.c.id).where(

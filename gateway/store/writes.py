@@ -209,7 +209,7 @@ class JobWrites:
         rows = self._reads.rows(ids) if fast else None
         if rows is not None:
             return {job_id: job_of(row) for job_id, row in rows.items()}, rows
-        async with self._engine.connect() as conn:
+        async with self._engine.read() as conn:
             return await _select(conn, ids, lock=False), None
 
     async def _unchanged(self, conn: Connection, ready: list[_Ready]) -> set[str]:

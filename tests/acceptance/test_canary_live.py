@@ -9,6 +9,7 @@ Then a failure burst on the candidate makes the guard roll the canary back by it
 
 from __future__ import annotations
 
+import functools
 import shutil
 import ssl
 import subprocess
@@ -25,11 +26,12 @@ import replicate
 
 from gateway.rollout import canary
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
+from tests.support.databases import DEFAULT_BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN, ECHO_MODEL_DIR
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, live_config
 from tests.support.process import GatewayProcess, listen_port
 from tests.support.tls import ServerTLS
+from tests.support.waiting import wait_until_sync
 
 pytestmark = [pytest.mark.cog, pytest.mark.timeout(240)]
 
@@ -124,25 +126,28 @@ class Stack:
     def seconds_until_served_by(self, provider: str) -> float:
         """Create probes on every gateway until each is served by ``provider``."""
         started, pending = time.monotonic(), set(range(len(self.gateways)))
-        while pending:
-            assert time.monotonic() - started < 10, f"still not on {provider}"
+
+        def served() -> bool:
             for index in list(pending):
                 if self.owner(self.create(index).id, index) == provider:
                     pending.discard(index)
-            if pending:
-                time.sleep(0.1)
+            return not pending
+
+        wait_until_sync(served, 10, what=f"every gateway serving {provider}")
         return time.monotonic() - started
 
     def finish(self, prediction: Any, timeout_s: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while prediction.status not in TERMINAL:
-            assert time.monotonic() < deadline, f"{prediction.id} did not finish"
-            time.sleep(0.1)
+        def finished() -> bool:
+            if prediction.status in TERMINAL:
+                return True
             prediction.reload()
+            return prediction.status in TERMINAL
+
+        wait_until_sync(finished, timeout_s, what=f"{prediction.id} finished")
         return prediction
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
@@ -204,13 +209,12 @@ def test_a_failure_burst_on_the_candidate_rolls_back_within_60_s(stack: Stack):
     burst = [stack.create(i % 2, prompt=f"boom {i}", fail=True) for i in range(4)]
     finished = [stack.finish(p) for p in burst]
     assert {p.status for p in finished} <= {"failed", "succeeded"}
-    started = time.monotonic()
-    while True:
+
+    def rolled_back() -> Any:
         route = stack.admin("GET", f"/routes/{ROUTE}").json()
-        if route["spec"]["canary_percent"] == 0:
-            break
-        assert time.monotonic() - started < 60, "the guard did not roll back"
-        time.sleep(0.2)
+        return route if route["spec"]["canary_percent"] == 0 else None
+
+    route = wait_until_sync(rolled_back, 60, what="the guard's rollback")
     last = route["changes"][0]
     assert (last["who"], last["action"]) == ("guard", "rollback")
     assert "error rate" in last["reason"]
@@ -230,12 +234,12 @@ def _shadow_provider(prediction_id: str) -> str:
 def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: Stack):
     done = stack.cli("set-shadow", ROUTE, "100", "--reason", "compare first")
     assert done.returncode == 0, done.stderr
+    def shadowed(gateway: int) -> Any:
+        return stack.admin("GET", f"/predictions/{stack.create(gateway).id}",
+                           gateway).json()["shadows"]
+
     for gateway in (0, 1):  # live on each gateway (its next create after the change)
-        deadline = time.monotonic() + 10
-        while not stack.admin("GET", f"/predictions/{stack.create(gateway).id}",
-                              gateway).json()["shadows"]:
-            assert time.monotonic() < deadline, "shadowing never started"
-            time.sleep(0.2)
+        wait_until_sync(functools.partial(shadowed, gateway), 10, what="shadowing started")
     stack.drain()
     since = datetime.now(UTC).isoformat()
     made: list[Any] = []  # a baseline is drawn on the random id (25 %): 12 may hold none
@@ -244,14 +248,14 @@ def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: S
         made.append(stack.create(len(made) % 2, prompt=f"shadow me {len(made)}"))
     for prediction in made:
         assert stack.finish(prediction).output == f"SHADOW ME {made.index(prediction)}"
-    deadline = time.monotonic() + 60
-    while True:  # the shadows finish on their own providers
+
+    def shadows_done() -> Any:  # the shadows finish on their own providers
         of = {p.id: stack.admin("GET", f"/predictions/{p.id}").json()["shadows"] for p in made}
         shadows = [s for each in of.values() for s in each]
-        if len(shadows) == len(made) and all(s["state"] == "completed" for s in shadows):
-            break
-        assert time.monotonic() < deadline, shadows
-        time.sleep(0.2)
+        done = len(shadows) == len(made) and all(s["state"] == "completed" for s in shadows)
+        return (of, shadows) if done else None
+
+    of, shadows = wait_until_sync(shadows_done, 60, what="every shadow completed")
     assert {i: [s["provider"] for s in each] for i, each in of.items()} == {
         p.id: [_shadow_provider(p.id)] for p in made}
     assert {s["provider"] for s in shadows} == {"candidate-cog", "local-cog"}

@@ -27,12 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_S = 540.0
 
 
-def run_demo(work: Path) -> tuple[int, str]:
-    """Run the demo; on overrun, SIGTERM it (it stops what it started) and fail."""
+def run_demo(work: Path, script: str = "migration.py") -> tuple[int, str]:
+    """Run the demo ``examples/<script>``; on overrun, SIGTERM it (it stops what it
+    started) and fail."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUTOVER_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "migration.py"), "--work", str(work)],
+        [sys.executable, str(ROOT / "examples" / script), "--work", str(work)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
     ) as proc:

@@ -41,6 +41,8 @@ from tests.support.process import GatewayProcess, listen_port
 from tests.support.receiver import Receiver, validate_with_replicate
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 OUTCOMES = [JobState.COMPLETED, JobState.FAILED, JobState.CANCELED]
 
 

@@ -17,7 +17,7 @@ from replicate.exceptions import ModelError, ReplicateError
 from replicate.helpers import FileOutput
 
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS
+from tests.support.databases import DEFAULT_BACKENDS
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway
 from tests.support.tls import ServerTLS
 from tests.support.waiting import wait_until_sync
@@ -27,7 +27,7 @@ REF = f"{MODEL}:{ECHO_VERSION}"
 TERMINAL = {"succeeded", "failed", "canceled"}
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def live(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,

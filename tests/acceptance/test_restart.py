@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from adapters.fake import FakeAdapter
@@ -25,6 +26,8 @@ from tests.support.gateway import TOKEN, VERSION, settings_dict
 from tests.support.process import GatewayProcess, listen_port
 from tests.support.receiver import Receiver, Reply
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 PREDICTIONS = 4
 

@@ -15,6 +15,7 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from gateway.store.engine import db
@@ -24,6 +25,8 @@ from tests.support.gateway import TOKEN, VERSION
 from tests.support.process import GatewayProcess
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 PREDICTIONS = 16
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from contracts.job import JobState
 from contracts.snapshot import ProviderRef, SubmitRequest
 from tests.support.orphans import die_with_parent
 from tests.support.process import free_port
+from tests.support.waiting import wait_until_sync
 
 pytest.importorskip("runpod")
 
@@ -64,17 +64,18 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"runpod test server exited:\n{log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"{url}/openapi.json", timeout=1.0).status_code == 200:
-                return
+            return httpx.get(f"{url}/openapi.json", timeout=1.0).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"runpod test server not ready:\n{log.read_text()[-2000:]}")
+            return False
+
+    try:
+        wait_until_sync(ready, timeout_s, what="the runpod test server ready")
+    except AssertionError:
+        raise RuntimeError(f"runpod test server not ready:\n{log.read_text()[-2000:]}") from None
 
 
 def request(job_id: str, **data: object) -> SubmitRequest:

@@ -21,13 +21,13 @@ from replicate.prediction import Prediction
 from gateway.store.engine import db
 from gateway.store.schema import outbox
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS
+from tests.support.databases import DEFAULT_BACKENDS
 from tests.support.live import ECHO_VERSION, LIVE_TOKEN, LiveGateway, running_gateway
 from tests.support.receiver import Receiver, validate_with_replicate
 from tests.support.tls import ServerTLS
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def live(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,

@@ -23,7 +23,7 @@ from chaos.report import Report
 from tests.chaos.test_chaos_run import QUICK
 from tests.support.databases import BACKENDS, database_url_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.every_backend, pytest.mark.timeout(300)]
 
 
 def _assert_kept(report: Report, predictions: int, kills: int) -> None:

@@ -28,6 +28,8 @@ from tests.support.process import GatewayProcess, listen_port
 from tests.support.upstreams.replicate import REPLICATE_TOKEN, FakeReplicate
 from tests.support.waiting import wait_until_sync
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 BURST, PER_S = 5, 1.0
 BILLING_TOKEN = "r8_billing_tenant_token"  # a test value, not a credential
 TERMINAL = {"succeeded", "failed", "canceled"}

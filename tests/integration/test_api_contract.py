@@ -1,4 +1,4 @@
-"""The Replicate API contract a real client depends on, on every backend.
+"""The Replicate API contract a real client depends on (the list queries on every backend).
 
 Happy paths of docs/replicate-api.md §2, §3, §4 and §9: the three version forms, the
 models and deployments routes, routes without ``/v1``, JS-style requests, the shape of
@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import aiohttp
+import pytest
 import replicate.account
 import replicate.deployment
 import replicate.model
@@ -498,6 +499,7 @@ async def _follow(gateway: GatewayHarness, url: str) -> dict[str, Any]:
     return await ok(await gateway.client.get(url.removeprefix(PUBLIC_URL), headers=gateway.headers))
 
 
+@pytest.mark.every_backend  # the list's keyset SQL and timestamp filters
 async def test_list_pages_follow_next_and_previous(gateway: GatewayHarness):
     made = await _store_jobs(gateway, 205)
     first = await ok(await gateway.client.get("/v1/predictions", headers=gateway.headers))
@@ -520,6 +522,7 @@ async def test_list_pages_follow_next_and_previous(gateway: GatewayHarness):
     ]
 
 
+@pytest.mark.every_backend  # the list's keyset SQL and timestamp filters
 async def test_list_filters_on_created_after_and_before(gateway: GatewayHarness):
     made, bounds = [], []
     for _ in range(3):
@@ -540,6 +543,7 @@ async def test_list_filters_on_created_after_and_before(gateway: GatewayHarness)
     assert await listed(created_after="2000-01-01T00:00:00+00:00") == made[::-1]
 
 
+@pytest.mark.every_backend  # the list's keyset SQL and timestamp filters
 async def test_list_filters_carry_over_to_the_next_page(gateway: GatewayHarness):
     older = await _store_jobs(gateway, 5)
     boundary = query_time(utcnow())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,10 @@ import httpx
 import pytest
 
 from tests.support.cog_server import CogServer
-from tests.support.databases import BACKENDS, sync_database
+from tests.support.databases import DEFAULT_BACKENDS, sync_database
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.process import GatewayProcess, listen_port
+from tests.support.waiting import wait_until_sync
 
 pytestmark = [pytest.mark.cog, pytest.mark.timeout(600)]
 
@@ -91,16 +91,17 @@ def kib(pid: int, field: str) -> int:
 def run(http: httpx.Client, model_input: dict[str, Any], timeout_s: float = 300) -> dict:
     created = http.post("/v1/predictions", json={"version": "acme/bigfile", "input": model_input})
     assert created.status_code == 201, created.text
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = http.get(f"/v1/predictions/{created.json()['id']}").json()
-        if body["status"] in {"succeeded", "failed", "canceled"}:
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"the prediction did not finish within {timeout_s} s")
+    url = f"/v1/predictions/{created.json()['id']}"
+
+    def finished() -> dict | None:
+        body: dict = http.get(url).json()
+        return body if body["status"] in {"succeeded", "failed", "canceled"} else None
+
+    done: dict = wait_until_sync(finished, timeout_s, what="the prediction finished")
+    return done
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", DEFAULT_BACKENDS)
 def test_a_large_cog_output_streams_into_owned_storage_with_flat_memory(
     backend: str, tmp_path: Path, stack: Stack
 ):

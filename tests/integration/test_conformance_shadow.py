@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.store.schema import jobs
 from tests.integration.test_shadow_runs import ADMIN, ROUTE, _control_percent, _sections
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
 
 SCHEMA = {"components": {"schemas": {
     "Input": {"type": "object", "required": ["prompt"],

@@ -13,6 +13,8 @@ from gateway.app import create_app
 from tests.support.clock import MovableClock
 from tests.support.gateway import VERSION, GatewayHarness
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 ROUTE = f"acme/echo:{VERSION}"
 ADMIN_TOKEN = "adm_console_test"  # test values, not credentials
 VIEWER_TOKEN = "adm_console_viewer"

@@ -19,6 +19,8 @@ from gateway.store.creates import CreateBatcher
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @asynccontextmanager
 async def _jobs_locked(url: str) -> AsyncIterator[None]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from gateway.store.claims import SUBMITTING
 from tests.integration.test_submit_window import (
     _crash_after_the_provider_accepted,
@@ -17,6 +19,8 @@ from tests.integration.test_submit_window import (
 )
 from tests.support.faults import loop_named
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def test_a_canceled_job_the_dispatcher_would_claim_sets_its_next_round(

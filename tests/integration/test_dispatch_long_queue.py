@@ -9,9 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from gateway.store.dispatching import SMALL_ROUND
 from tests.support.faults import loop_named
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 FLOOD = "r8_flood_token"  # test values, not credentials
 QUIET = "r8_quiet_token"

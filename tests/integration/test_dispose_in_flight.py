@@ -29,6 +29,9 @@ from gateway.store.engine import db
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import Repeat
 from tests.support.databases import database_url_for
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 HOLD_S = 0.5  # how long the detached task keeps its transaction open
 
@@ -129,8 +132,11 @@ async def test_dispose_leaves_no_connection_of_a_task_in_flight(
         await cancel()
         await engine.dispose()
         await asyncio.wait_for(finished.wait(), 5)
-        await asyncio.sleep(0.2)
-        assert await _open_connections(backend, url) == 0
+
+        async def none_open() -> bool:
+            return await _open_connections(backend, url) == 0
+
+        await wait_until(none_open, timeout_s=5, what="no connection of the engine open")
         async with engine.begin() as conn:  # the engine still works after a dispose
             assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 1
         await engine.dispose()

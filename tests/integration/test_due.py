@@ -6,10 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from contracts.job import JobState
 from gateway.store.due import Due
 from tests.support.gateway import VERSION
 from tests.support.outbox import events_loop, start_job
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def answers(due: Due, now: Any) -> list[Any]:

@@ -29,6 +29,8 @@ from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 
 

@@ -26,6 +26,8 @@ from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.outbox import events_loop
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 BACKOFF_S = 5.0  # a failed apply waits this long before its retry
 JOBS = 2
 

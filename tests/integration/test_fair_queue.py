@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from contracts.job import JobState
 from tests.support.gateway import VERSION
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 TOKENS = {"flood": "r8_flooding_app_token", "quiet": "r8_quiet_app_token"}
 

@@ -27,6 +27,8 @@ from tests.support.faults import (
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 FINISH_COMPLETED = sql(r"^\s*UPDATE jobs SET", state="completed")
 PROGRESS_RUNNING = sql(r"^\s*UPDATE jobs SET", state="running")
 MARK_PROCESSED = sql(r"^\s*UPDATE provider_events SET (?:(?!WHERE).)*processed_at=")

@@ -20,6 +20,8 @@ from tests.support.upstreams.base import UpJob
 from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 TARGET = "fal-ai/echo/fast"
 
 

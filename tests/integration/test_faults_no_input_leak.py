@@ -25,6 +25,8 @@ from tests.support.receiver import Receiver
 from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 PROMPT = "a secret prompt xyzzy-4471"
 IMAGE_B64 = base64.b64encode(os.urandom(1_100_000)).decode()
 IMAGE = "data:image/png;base64," + IMAGE_B64

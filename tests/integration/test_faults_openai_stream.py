@@ -17,6 +17,8 @@ import replicate
 from tests.support.front import Front, front
 from tests.support.upstreams.openai import IN_BAND_ERRORS, OPENAI_TOKEN, FakeOpenAI
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 
 @pytest.fixture
 async def openai(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:

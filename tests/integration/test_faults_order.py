@@ -21,6 +21,8 @@ from tests.support.outbox import observe, start_job
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:

@@ -20,6 +20,8 @@ from tests.support.receiver import Receiver
 from tests.support.upstreams.runpod import RUNPOD_TOKEN, FakeRunPod
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 EXECUTION = re.compile(r'cutover_provider_execution_seconds_total\{provider="up"\} ([0-9.]+)')
 
 

@@ -31,9 +31,9 @@ from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.receiver import Receiver
 
 N = int(os.environ.get("CUTOVER_SOAK_N", "500"))
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.every_backend, pytest.mark.skipif(
     not os.environ.get("CUTOVER_SOAK"), reason="the soak runs with make soak (CUTOVER_SOAK=1)"
-)
+)]
 LOOPS = ("dispatcher", "events", "poller", "reaper", "delivery")
 STATUS = {
     JobState.COMPLETED: "succeeded",

@@ -21,6 +21,8 @@ from tests.integration.test_create_flush_cancel import _jobs_locked
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @pytest.mark.parametrize("where", ["run", "alone"])
 async def test_every_caller_of_a_cancelled_flusher_is_answered(where: str) -> None:

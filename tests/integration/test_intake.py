@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.http import keys
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def test_event_that_cannot_be_stored_gets_503_and_a_retry_succeeds(

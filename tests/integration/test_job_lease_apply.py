@@ -28,6 +28,8 @@ from tests.support.outbox import delivery_loop, outbox_rows
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 FILE_HOSTS = {"fake": {"kind": "fake", "file_hosts": ["127.0.0.1"]}}
 

@@ -32,6 +32,8 @@ from tests.integration.test_job_lease_apply import (  # noqa: F401 (files: the f
 )
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 WAITING_LOCKS = "select count(*) from pg_locks where not granted"
 
 

@@ -22,6 +22,8 @@ from tests.integration.test_job_lease_apply import (  # noqa: F401 (files: the f
 )
 from tests.support.gateway import VERSION, GatewayHarness
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 JOBS = 40
 
 

@@ -19,6 +19,8 @@ from gateway.store.records import Outcome
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 RENEWALS = 1000  # lease_s / 1000: a renewal every 5 ms
 

@@ -15,6 +15,8 @@ from contracts.job import Job, JobState
 from gateway.store.writes import Write, _stored_as_given
 from tests.support.gateway import VERSION, GatewayHarness
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 async def _write(gateway: GatewayHarness, job_id: str, values: dict[str, Any]) -> Job | None:
     allowed = [s.value for s in JobState]

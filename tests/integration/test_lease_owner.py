@@ -18,6 +18,8 @@ from tests.support.gateway import VERSION
 from tests.support.outbox import delivery_loop, observe, start_job
 from tests.support.receiver import Receiver
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 # <deployment>-<replicaset hash>-<pod hash>, the longest a pod name may be
 LONG_HOST = "payments-inference-gateway-canary-eu-west-1abc-5c9b7d8f64-x2k9p"
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def test_create_is_stored_before_dispatch_and_reported_starting(gateway: GatewayHarness):

@@ -15,6 +15,8 @@ from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 TOKEN_ENV = "CUTOVER_TEST_LOST_OPENAI_KEY"
 
 

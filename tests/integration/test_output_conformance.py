@@ -18,6 +18,8 @@ from tests.support.upstreams.replicate import REPLICATE_TOKEN, FakeReplicate
 from tests.support.upstreams.runpod import RUNPOD_TOKEN, FakeRunPod
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 POLL = {"fetch_interval_s": 0.02, "fetch_max_interval_s": 0.05}
 ADMIN = "admin-test-token"  # a test value, not a credential
 

@@ -17,6 +17,8 @@ from gateway.app import LOOPS
 from gateway.rollout.guardloop import Guard
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 ROUTE = f"acme/echo:{VERSION}"
 ADMIN_TOKEN = "adm_promote_test"  # test values, not credentials
 VIEWER_TOKEN = "adm_promote_viewer"

@@ -2,7 +2,7 @@
 
 The upstream is the real gateway app, in-process, served over HTTPS with a certificate of
 a trustme CA (tests/support/tls.py), in front of its fake provider; the gateway under test
-(the ``backend`` fixture: SQLite and PostgreSQL) routes ``acme/echo`` to it as a
+(the ``backend`` fixture: SQLite, docs/testing.md) routes ``acme/echo`` to it as a
 ``replicate`` provider. With ``ca_file`` naming the CA the prediction succeeds through
 both; without it every submit fails "certificate verify failed", and the prediction fails
 with that reason once ``submit_timeout_s`` has passed (the clock is moved, not waited
@@ -31,6 +31,8 @@ from tests.support.clock import MovableClock
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness, settings_dict
 from tests.support.tls import ServerTLS, make_tls
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
 
 SUBMIT_TIMEOUT_S = 5.0
 

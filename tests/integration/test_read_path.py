@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from contracts.job import JobState
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 BODY = {"version": VERSION, "input": {"text": "héllo"}}
 

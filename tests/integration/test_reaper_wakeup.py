@@ -117,9 +117,18 @@ async def test_a_cancel_made_while_the_submit_was_in_flight_reaches_the_provider
     assert response.status == 201, await response.text()
     job_id = (await response.json())["id"]
     await asyncio.wait_for(submitting.wait(), MAX_IDLE_S / 2)
+    notifier = app[keys.NOTIFIER]
+    asleep = await wait_until(lambda: notifier.sleeping_until(LoopName.REAPER),
+                              what="the reaper asleep before the cancel")
     cancel = await client.post(f"/v1/predictions/{job_id}/cancel", headers=HEADERS)
     assert cancel.status == 200
-    await asyncio.sleep(0.5)  # the reaper, woken by the cancel, found nothing to send
+
+    def asleep_again() -> bool:  # woken by the cancel, it found nothing submitted to send
+        until = notifier.sleeping_until(LoopName.REAPER)
+        return until is not None and until != asleep
+
+    await wait_until(asleep_again, timeout_s=MAX_IDLE_S / 2,
+                     what="the reaper's round after the cancel")
     release.set()
     asked = time.monotonic()
     await wait_until(lambda: fake.provider_job_id(job_id) in fake.cancel_calls,

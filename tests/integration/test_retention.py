@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import aiohttp
+import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
@@ -17,6 +18,8 @@ from gateway.retention import Retention
 from gateway.store.retention import RetentionStore
 from gateway.store.schema import outbox, provider_events
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 def retention(gateway: GatewayHarness, *, data_s: float | None) -> Retention:

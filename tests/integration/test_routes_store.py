@@ -13,6 +13,8 @@ from gateway.store.engine import db
 from gateway.store.routes import RouteBook
 from shadow.policy import ShadowPolicy
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 ROUTE = "acme/echo"
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from gateway.store import schema
 from gateway.store.engine import db
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 def _differences(connection: Any) -> list[Any]:

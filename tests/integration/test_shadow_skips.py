@@ -46,6 +46,7 @@ async def _report(gw: GatewayHarness, fmt: str, **params: str) -> Any:
                                params={"format": fmt, **params})
 
 
+@pytest.mark.every_backend  # the skip rows and the report's tally are the store's SQL
 async def test_a_3mb_input_over_the_policy_limit_is_a_recorded_skip_never_silent(gw):
     inputs = [{"prompt": "a", "image": BIG}] * 3 + [{"prompt": "b"}] * 2 + [{"seed": 1}]
     for data in inputs:  # a file-like body: aiohttp warns about 3 MB of raw bytes

@@ -30,6 +30,9 @@ from gateway.config import Settings
 from gateway.http import keys
 from gateway.store.engine.group import Group
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def test_a_loop_write_in_flight_at_shutdown_starts_nothing_after_the_dispose(
@@ -85,7 +88,7 @@ async def test_a_loop_write_in_flight_at_shutdown_starts_nothing_after_the_dispo
     for task in left:  # as web.run_app ends: cancel every task left
         task.cancel()
     await asyncio.gather(*left, return_exceptions=True)
-    await asyncio.sleep(0.2)
+    await wait_until(flusher.done, timeout_s=5, what="the flusher ended")
     assert flusher.cancelled()
     assert after == []
     assert asyncio.all_tasks() - before - {asyncio.current_task()} == set()

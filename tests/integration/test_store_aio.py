@@ -16,6 +16,8 @@ import sqlalchemy as sa
 
 from gateway.store.engine import aio, db, errors
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @pytest.fixture
 async def engine(database_url: str) -> AsyncIterator[aio.Engine]:
@@ -146,3 +148,26 @@ async def test_connections_are_pooled_before_and_after_a_dispose(
     opened.clear()
     await asyncio.gather(*(work() for _ in range(5)))
     assert 1 <= len(opened) <= 5
+
+
+async def test_a_read_on_postgresql_opens_no_transaction_and_leaves_none_behind(
+    engine: aio.Engine, table: sa.Table, backend: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("read() is connect() on SQLite")
+    async with engine.begin() as conn:
+        await conn.execute(table.insert().values(id=1, name="seen"))
+
+    def driver(conn: aio.Connection) -> object:
+        assert conn.sync_connection is not None
+        return conn.sync_connection.connection.driver_connection
+
+    async with engine.read() as conn:  # one round trip: no BEGIN before the SELECT
+        assert list((await conn.execute(sa.select(table.c.name))).scalars()) == ["seen"]
+        assert not driver(conn).is_in_transaction()  # type: ignore[attr-defined]
+    async with engine.connect() as conn:  # the pooled connection is transactional again
+        await conn.execute(sa.select(table.c.name))
+        assert driver(conn).is_in_transaction()  # type: ignore[attr-defined]
+    async with engine.begin() as conn:  # and a write still commits in its transaction
+        await conn.execute(table.insert().values(id=2, name="kept"))
+    assert await names(engine, table) == ["seen", "kept"]

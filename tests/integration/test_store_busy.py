@@ -28,6 +28,8 @@ from gateway.store.engine import db
 from tests.support.databases import database_url_for, migrate, pg_admin
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 LOCK_WAIT_MS = 300
 
 

@@ -21,6 +21,8 @@ from tests.integration.test_store_busy import _locked, _short_lock_waits
 from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import events_loop
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 async def test_a_provider_webhook_that_meets_a_locked_database_is_503_then_applied_once(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

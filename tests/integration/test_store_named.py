@@ -13,6 +13,8 @@ from sqlalchemy.engine import make_url
 from gateway import cli
 from tests.support.databases import PG_ADMIN_DSN
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 CONFIG = """
 [gateway]
 api_tokens = ["r8_test"]

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from gateway.store.engine import db, errors
 from gateway.store.schema import jobs
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 async def test_a_statement_without_an_answer_times_out_transient(
     database_url: str, backend: str

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import replicate
 
-from tests.support.databases import BACKENDS
+from tests.support.databases import DEFAULT_BACKENDS
 from tests.support.live import LIVE_TOKEN, LiveGateway
 from tests.support.node import run_js
 from tests.support.tls import ServerTLS
@@ -31,7 +31,7 @@ def tokens_server(tls: ServerTLS):  # type: ignore[no-untyped-def]
         yield server
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=DEFAULT_BACKENDS)
 def live(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,

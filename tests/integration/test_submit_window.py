@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from contracts.errors import UpstreamRetryable, UpstreamUnreachable
@@ -24,6 +25,8 @@ from gateway.http import keys
 from gateway.store.claims import RESUBMITTING, SUBMITTING
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 
 async def _crash_after_the_provider_accepted(

@@ -27,6 +27,8 @@ from gateway.http import keys
 from tests.support.gateway import TOKEN, VERSION, GatewayHarness
 from tests.support.receiver import Receiver
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
+
 TOKEN_A = "r8_tenant_a_token"  # test values, not credentials
 TOKEN_A2 = "r8_tenant_a_second"
 A = {"Authorization": f"Bearer {TOKEN_A}"}

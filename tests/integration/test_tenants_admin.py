@@ -8,11 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomli_w
 
 from tests.integration.test_webhooks_admin import cutover, dead_job, receiver  # noqa: F401
 from tests.support.gateway import TOKEN, GatewayHarness, settings_dict
 from tests.support.receiver import Receiver
+
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point (docs/testing.md)
 
 TOKEN_A = "r8_tenant_a_token"  # test values, not credentials
 ADMIN = {"Authorization": "Bearer adm_token"}

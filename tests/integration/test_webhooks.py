@@ -31,6 +31,8 @@ from tests.support.outbox import (
 )
 from tests.support.receiver import Received, Receiver, validate_with_replicate
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 NODE = shutil.which("node")
 ALL = ["start", "output", "logs", "completed"]
 

@@ -19,6 +19,8 @@ from tests.support.gateway import TOKEN, GatewayHarness, settings_dict
 from tests.support.outbox import make_due, observe, outbox_rows, start_job
 from tests.support.receiver import Receiver
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 ADMIN_TOKEN = "adm_test_token"  # a test value, not a credential
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 NO_RETRIES = {"retry_delays_s": []}  # the first failure dead-letters a completed event

@@ -28,6 +28,8 @@ from tests.support.outbox import delivery_loop, events_loop, outbox_rows, start_
 from tests.support.receiver import Receiver, Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the store's SQL is the point
+
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:

@@ -6,6 +6,11 @@ PostgreSQL is the machine's server on 127.0.0.1:5432 (trust auth, user ``postgre
 processes of their own share it); in-process tests share one migrated database per
 session that :func:`reset_database` empties before each test (``tests/conftest.py``), so
 tests never see each other's rows.
+
+``CUTOVER_TEST_BACKENDS`` (default ``sqlite,postgres``) selects the backends. A test whose
+point is the store's SQL runs on each of them (:data:`BACKENDS`, the ``every_backend``
+marker); any other test runs on the first one only (:data:`DEFAULT_BACKENDS`), unless
+``CUTOVER_TEST_EVERY_BACKEND=1`` runs every test on every backend (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ T = TypeVar("T")
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_BACKENDS",
+    "EVERY_BACKEND",
     "PG_ADMIN_DSN",
     "database_url_for",
     "migrate",
@@ -36,6 +43,10 @@ __all__ = [
 
 PG_ADMIN_DSN = os.environ.get("CUTOVER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BACKENDS = [b for b in os.environ.get("CUTOVER_TEST_BACKENDS", "sqlite,postgres").split(",") if b]
+#: Every test on every backend (a nightly run), not only the ``every_backend`` ones.
+EVERY_BACKEND = os.environ.get("CUTOVER_TEST_EVERY_BACKEND", "") not in ("", "0")
+#: The backends of a test that does not exercise the store's SQL: the first selected one.
+DEFAULT_BACKENDS = BACKENDS if EVERY_BACKEND else BACKENDS[:1]
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:

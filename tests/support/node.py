@@ -2,11 +2,13 @@
 
 ``node_modules`` come from ``CUTOVER_JS_NODE_MODULES`` when set, else from one ``npm ci``
 of tests/integration/js/package-lock.json into ``~/.cache/cutover-js-integration`` (the
-package registry, once per machine). Without ``node`` the tests are skipped.
+package registry, once per machine; a file lock keeps parallel test workers to one
+install). Without ``node`` the tests are skipped.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -29,21 +31,27 @@ def _node_modules() -> Path:
     cache = home / "cutover-js-integration"
     lock = (JS_DIR / "package-lock.json").read_bytes()
     stamp = cache / "installed.lock"
-    if not stamp.is_file() or stamp.read_bytes() != lock:
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.skip("npm is not installed")
-        cache.mkdir(parents=True, exist_ok=True)
-        for name in ("package.json", "package-lock.json"):
-            shutil.copyfile(JS_DIR / name, cache / name)
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"], cwd=cache, capture_output=True, text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm ci failed in {cache}\n{done.stdout}\n{done.stderr}")
-        stamp.write_bytes(lock)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".installing", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another worker's npm ci finishes first
+        if not stamp.is_file() or stamp.read_bytes() != lock:
+            _npm_ci(cache, lock, stamp)
     return cache / "node_modules"
+
+
+def _npm_ci(cache: Path, lock: bytes, stamp: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed")
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(JS_DIR / name, cache / name)
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"], cwd=cache, capture_output=True, text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"npm ci failed in {cache}\n{done.stdout}\n{done.stderr}")
+    stamp.write_bytes(lock)
 
 
 def run_js(tmp_path: Path, env: dict[str, str], *args: str) -> dict[str, Any]:

@@ -63,6 +63,9 @@ class GatewayProcess:
     env : dict, optional
         ``CUTOVER_*`` overrides for the process (the test's own ``CUTOVER_*`` variables
         are never passed on); ``url`` is still the config's ``public_url``.
+    wrapper : list of str, optional
+        A command the ``cutover`` script runs under, e.g. ``[python,
+        "bench/support/cpuprofile.py", FILE]`` (bench/e2e.py ``--profile``).
     """
 
     def __init__(
@@ -71,11 +74,13 @@ class GatewayProcess:
         workdir: Path,
         ca_file: Path | None = None,
         env: dict[str, str] | None = None,
+        wrapper: list[str] | None = None,
     ):
         self.config = config
         self.workdir = workdir
         self.ca_file = ca_file
         self.env = env or {}
+        self.wrapper = wrapper or []
         self.config_path = workdir / f"cutover-{id(self):x}.toml"
         self.log_path = workdir / f"gateway-{id(self):x}.log"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -96,7 +101,7 @@ class GatewayProcess:
         self.config_path.write_bytes(tomli_w.dumps(self.config).encode())
         command = shutil.which("cutover", path=str(Path(sys.executable).parent))
         assert command, "the cutover console script is not installed in this venv"
-        argv = [command, "serve", "--config", str(self.config_path)]
+        argv = [*self.wrapper, command, "serve", "--config", str(self.config_path)]
         held = _HELD.get(int(str(self.config["gateway"]["listen"]).rpartition(":")[2]))
         fds = () if held is None else (held.fileno(),)
         argv += [f"--listen-fd={fd}" for fd in fds]

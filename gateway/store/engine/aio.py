@@ -104,6 +104,14 @@ class Engine:
         whatever is open is rolled back when the block ends."""
         return Connection(self)
 
+    def read(self) -> Connection:
+        """:meth:`connect` for single reads: on PostgreSQL the connection is in
+        ``AUTOCOMMIT``, so a ``SELECT`` is one round trip (no ``BEGIN`` before it, no
+        ``ROLLBACK`` after it; each statement sees the last commit, as under READ
+        COMMITTED). Not for ``FOR UPDATE`` or transaction-scoped locks. On SQLite the same
+        as :meth:`connect`."""
+        return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql")
+
     def begin(self) -> _Begin:
         """A connection in a transaction for ``async with``: committed when the block
         ends normally, rolled back when it raises (``AsyncEngine.begin()``)."""
@@ -121,16 +129,21 @@ class Connection:
     """One pooled connection (``AsyncConnection``'s part the store uses); entered with
     ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
 
-    __slots__ = ("_disposals", "engine", "sync_connection")
+    __slots__ = ("_autocommit", "_disposals", "engine", "sync_connection")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, autocommit: bool = False) -> None:
         self.engine = engine
         self.sync_connection: sa.Connection | None = None
         self._disposals = engine.disposals
+        self._autocommit = autocommit
 
     async def __aenter__(self) -> Connection:
         self._disposals = self.engine.disposals
         self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
+        if self._autocommit:  # a flag of the driver's connection: no round trip
+            self.sync_connection = await greenlet_spawn(
+                self.sync_connection.execution_options, isolation_level="AUTOCOMMIT"
+            )
         return self
 
     async def __aexit__(

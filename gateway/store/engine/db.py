@@ -29,6 +29,7 @@ import socket
 import sqlite3
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ PG_STATEMENT_TIMEOUT_S = 60.0
 vanished without a reset (a partition, a failed-over host) answers never, and a write
 waiting on it forever kept its job from finishing while other connections renewed the
 job's lease (docs/reliability.md, "Dependency outages")."""
+PG_PING_IDLE_S = 10.0
+"""A pooled PostgreSQL connection unused for longer than this is pinged (``BEGIN``, ``;``,
+``ROLLBACK``) before it is handed out; one used more recently is not (a ping on every
+checkout was three of a GET's six round trips: docs/benchmarks.md). One the server
+closed (a restart, ``pg_terminate_backend``, an idle reaper) is replaced without a ping:
+the driver saw the close. One that vanished silently within this window fails its
+statement, which invalidates it (docs/reliability.md, "Dependency outages")."""
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # connection exceptions (08), shutdown or crash (57P01-57P03), too many connections (53300).
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
@@ -135,7 +143,7 @@ def create_engine(
         return engine
     if url.drivername == "postgresql+asyncpg":
         engine = aio.create_engine(
-            url, pool_size=10, max_overflow=10, pool_pre_ping=True,
+            url, pool_size=10, max_overflow=10,
             connect_args={"timeout": PG_CONNECT_TIMEOUT_S,
                           "command_timeout": statement_timeout_s},
         )
@@ -201,6 +209,25 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 def _configure_postgresql(engine: Engine) -> None:
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        # Raising DisconnectionError makes the pool replace the connection and try again.
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        if driver is not None and driver.is_closed():
+            raise sa_exc.DisconnectionError("the server closed the pooled connection")
+        idle_since = record.info.get("idle_since")
+        if idle_since is None or time.monotonic() - idle_since <= PG_PING_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # any failure: the connection is not usable
+            message = f"the idle pooled connection failed its ping: {exc}"
+            raise sa_exc.DisconnectionError(message) from exc
+
     @event.listens_for(engine.sync_engine, "handle_error")
     def _on_error(context: sa_engine.ExceptionContext) -> None:
         # A statement past its command_timeout: the connection may be waiting on a dead

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import mimetypes
 import ssl
 import time
 import uuid
@@ -94,6 +95,7 @@ class FakeUpstream:
         self.faults: deque[Fault] = deque()
         self.deliveries: list[Delivery] = []
         self.requests: list[tuple[str, str]] = []
+        self.fetched: list[str] = []  # names of files read from /files/{name}
         self.times: list[tuple[str, float]] = []  # (op, time.monotonic())
         self.ssl_context: ssl.SSLContext | None = None
         self.app = web.Application(client_max_size=64 * 1024**2)
@@ -277,10 +279,12 @@ class FakeUpstream:
             pass  # like most providers here: one attempt (tests deliver by hand otherwise)
 
     async def _file(self, request: web.Request) -> web.Response:
+        self.fetched.append(request.match_info["name"])
         data = self.files.get(request.match_info["name"])
         if data is None:
             return web.Response(status=404)
-        return web.Response(body=data, content_type="text/plain")
+        kind = mimetypes.guess_type(request.match_info["name"])[0] or "text/plain"
+        return web.Response(body=data, content_type=kind)
 
 
 def json_body(request_body: bytes) -> Any:

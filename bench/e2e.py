@@ -1,0 +1,170 @@
+"""One ``replicate.run()`` through cutover in front of a real Cog server, against Cog direct.
+
+Starts the real Cog server (coglet, examples/echo) and ``cutover serve`` (SQLite by default,
+every background loop running, one route ``bench/echo`` to that Cog server over plain
+HTTP), and a second Cog server of the same model for the direct arm (Cog runs one
+prediction at a time). Each round runs ``--per-round`` predictions per arm, the arms
+alternating round by round so both see the same machine:
+
+- **cutover**: the unmodified ``replicate`` client (``replicate.Client(base_url=...)``)
+  calls ``run("bench/echo:<version>", input={"prompt": ...})``: create with ``Prefer:
+  wait``, the gateway dispatches to Cog, Cog posts its webhooks (start, output, logs,
+  completed) back, the finalizer completes the job and the held answer returns;
+- **direct**: the same input POSTed to Cog's own ``/predictions`` (synchronous), what an
+  app calling Cog itself would pay.
+
+Prints per round and over all rounds each arm's p50/p99 (ms), the added p50/p99 of the
+gateway arm, and the gateway process's CPU time per prediction (psutil, user + system,
+over the gateway arm's predictions only): on a shared machine CPU per prediction is the
+figure to compare between runs; latencies move with the load.
+
+``--profile FILE`` runs the gateway under cProfile timed by CPU time
+(bench/support/cpuprofile.py; figures inflated by the profiler; the stats are written to
+FILE when the gateway stops) for the per-stage
+breakdown in docs/benchmarks.md ("Where a prediction's 20 ms go").
+
+    .venv/bin/python bench/e2e.py [--rounds 4] [--per-round 50] [--backend sqlite|postgres]
+        [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import replicate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ratios import TOKEN, gateway_config
+from bench.support import load
+from tests.support.cog_server import CogServer
+from tests.support.databases import sync_database
+from tests.support.process import GatewayProcess
+
+ECHO = Path(__file__).resolve().parents[1] / "examples" / "echo"
+MODEL = "bench/echo"
+VERSION = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
+INPUT = {"prompt": "hello"}
+CPU_PROFILE = Path(__file__).resolve().parent / "support" / "cpuprofile.py"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def until_ready(http: httpx.Client, cog: CogServer) -> None:
+    """Return once Cog's ``/health-check`` says READY: it frees its slot just after its
+    last webhook and answer, and a prediction sent before that is refused "At capacity"
+    (409; through the gateway, a dispatch retried after a backoff)."""
+    while http.get(f"{cog.url}/health-check").json().get("status") != "READY":
+        pass
+
+
+def through_cutover(client: replicate.Client, http: httpx.Client, cog: CogServer,
+                    count: int) -> list[float]:
+    """Milliseconds of each of ``count`` sequential ``run()`` calls, each started once the
+    gateway's Cog server is READY again (untimed)."""
+    took = []
+    for _ in range(count):
+        until_ready(http, cog)
+        start = time.perf_counter()
+        output = client.run(f"{MODEL}:{VERSION}", input=INPUT)
+        took.append((time.perf_counter() - start) * 1000)
+        if output != "HELLO":
+            raise RuntimeError(f"run() returned {output!r}")
+    return took
+
+
+def direct(http: httpx.Client, cog: CogServer, count: int) -> list[float]:
+    """Milliseconds of each of ``count`` sequential synchronous predictions on Cog itself,
+    each started once it is READY again (untimed)."""
+    took = []
+    for _ in range(count):
+        until_ready(http, cog)
+        start = time.perf_counter()
+        body = http.post(f"{cog.url}/predictions", json={"input": INPUT}).json()
+        took.append((time.perf_counter() - start) * 1000)
+        if body.get("output") != "HELLO":
+            raise RuntimeError(f"Cog answered {body!r}")
+    return took
+
+
+def cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def summary(label: str, ours: list[float], ref: list[float], cpu_ms: float) -> str:
+    p50, p99 = statistics.median(ours), percentile(ours, 0.99)
+    r50, r99 = statistics.median(ref), percentile(ref, 0.99)
+    return (f"{label}: direct p50 {r50:6.2f} p99 {r99:6.2f} ms; cutover p50 {p50:6.2f} "
+            f"p99 {p99:6.2f} ms; added p50 {p50 - r50:+6.2f} p99 {p99 - r99:+6.2f} ms; "
+            f"gateway CPU {cpu_ms:5.2f} ms/prediction")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--per-round", type=int, default=50)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--profile", type=Path, help="run the gateway under cProfile")
+    args = parser.parse_args()
+    load.print_header()
+    with (tempfile.TemporaryDirectory(prefix="perf-e2e-") as tmp, CogServer(ECHO) as cog,
+          CogServer(ECHO) as reference):
+        work = Path(tmp)
+        with sync_database(args.backend, work) as database_url:
+            config = gateway_config(database_url, work)
+            config["providers"] = {"cog": {"kind": "cog", "base_url": cog.url}}
+            config["routes"] = [{"model": MODEL, "version": VERSION, "provider": "cog"}]
+            wrapper = ([sys.executable, str(CPU_PROFILE), str(args.profile.resolve())]
+                       if args.profile else None)
+            gateway = GatewayProcess(config, work, wrapper=wrapper).start()
+            try:
+                run_rounds(args, gateway, cog, reference)
+            finally:
+                gateway.stop()
+    if args.profile:
+        print(f"profile written to {args.profile}")
+
+
+def run_rounds(args: argparse.Namespace, gateway: GatewayProcess, ours: CogServer,
+               cog: CogServer) -> None:
+    process = psutil.Process(gateway.pid)
+    client = replicate.Client(api_token=TOKEN, base_url=gateway.url)
+    all_ours: list[float] = []
+    all_ref: list[float] = []
+    all_cpu = 0.0
+    with httpx.Client(timeout=60) as http:
+        through_cutover(client, http, ours, 5)  # warm both paths (imports, connections)
+        direct(http, cog, 5)
+        for n in range(1, args.rounds + 1):
+            arms = ["cutover", "direct"] if n % 2 else ["direct", "cutover"]
+            for arm in arms:
+                if arm == "direct":
+                    ref = direct(http, cog, args.per_round)
+                    continue
+                before = cpu_s(process)
+                took = through_cutover(client, http, ours, args.per_round)
+                cpu = cpu_s(process) - before
+            all_ours += took
+            all_ref += ref
+            all_cpu += cpu
+            print("  " + summary(f"round {n} ({args.per_round} each)", took, ref,
+                                 cpu / args.per_round * 1000), flush=True)
+    print("== summary")
+    total = args.rounds * args.per_round
+    print(summary(f"{args.backend} run() vs Cog direct, {total} each", all_ours, all_ref,
+                  all_cpu / total * 1000))
+
+
+if __name__ == "__main__":
+    main()
