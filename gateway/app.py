@@ -255,6 +255,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             stream_secrets=app[keys.TENANT_SECRETS],
             keep_finished_bodies=settings.retention.data_retention_s is None,
             clock=clock,
+            metrics=app[keys.METRICS],
             adopter=assembly.adopter(app, app[_ENGINE], app[_FINALIZER]),
         )
         app[files.FILES] = FileService(

@@ -145,6 +145,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.shadow_skips = Counter(
+            "cutover_shadow_skips",
+            "Eligible primaries that got no shadow, by route and reason (policy_size,"
+            " policy_field, budget, queue_full, provider_refused; docs/shadow.md).",
+            ["route", "reason"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)

@@ -29,6 +29,7 @@ from gateway.adoption import Adopter
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.createheaders import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
+from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.rollout import shadowgate
 from gateway.rollout.router import Caller, Router
@@ -105,8 +106,10 @@ class PredictionService:
         stream_secrets: Mapping[str, str] | None = None,
         keep_finished_bodies: bool = True,
         clock: Clock = SYSTEM_CLOCK,
+        metrics: Metrics | None = None,
         adopter: Adopter | None = None,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         self._adopter = adopter  # ids the legacy provider started (docs/cutover-day.md)
         self._reader = reader or JobReader(store)
@@ -195,9 +198,13 @@ class PredictionService:
             job, created = await self._creates.create(new, shadow)
         except Conflict:
             raise _reused_key(options) from None
+        skipped = shadow.skipped if shadow is not None else None
+        if created and skipped and self._metrics is not None:
+            self._metrics.shadow_skips.labels(new.route, shadowgate.skip_reason(skipped)).inc()
         if created:  # the reaper ends them then, if still active (or still waiting)
             self._notifier.wake(LoopName.DISPATCHER)
-            for at in (deadline, shadowgate.drop_at(routed, shadow) if shadow else None):
+            for at in (deadline, shadowgate.drop_at(routed, shadow)
+                       if shadow is not None and not skipped else None):
                 if at is not None:
                     self._notifier.due(LoopName.REAPER, at)
         return job, created

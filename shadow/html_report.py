@@ -84,7 +84,9 @@ def _window(report: Report) -> str:
     since = report.since.isoformat() if report.since else "the first pair"
     return (f"<p>Pairs from {escape(since)} to {escape(report.generated_at.isoformat())}: "
             f"{report.pairs} control-vs-candidate, {report.baseline_pairs} control-vs-control "
-            "(baseline).</p>")
+            "(baseline).</p>"
+            + (f'<p id="coverage">Shadows: {escape(report.coverage.line)}.</p>'
+               if report.coverage else ""))
 
 
 def _rate_cells(found: Rate) -> str:

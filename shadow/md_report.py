@@ -30,6 +30,7 @@ def render_md(report: Report) -> str:
         f"Pairs from {since} to {report.generated_at.isoformat()}: {report.pairs} "
         f"control-vs-candidate, {report.baseline_pairs} control-vs-control (baseline).",
         "",
+        *([f"Shadows: {report.coverage.line}.", ""] if report.coverage else []),
         "## Contract breaks",
         "",
         f"{_rate(report.contract_breaks)} of pairs "

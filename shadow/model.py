@@ -14,7 +14,10 @@ from shadow import noise
 from shadow.compare import PairComparison
 from shadow.thresholds import Thresholds
 
-__all__ = ["CostSummary", "Decision", "Latency", "MeasureSummary", "Mismatch", "Report", "Verdict"]
+__all__ = [
+    "CostSummary", "Coverage", "Decision", "Latency", "MeasureSummary", "Mismatch", "Report",
+    "Verdict",
+]
 
 Decision = Literal["promote", "hold", "block", "no-candidate"]
 
@@ -69,6 +72,24 @@ class CostSummary(BaseModel):
     ratio: float | None
 
 
+class Coverage(BaseModel):
+    """How many eligible primaries got a shadow that reached its provider, and how many
+    got none, by reason (``policy_size``, ``policy_field``, ``budget``, ``queue_full``,
+    ``provider_refused``; docs/shadow.md, "Skips"); None in a report built without it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shadowed: int
+    skipped: dict[str, int]
+
+    @property
+    def line(self) -> str:
+        """``n shadowed, m skipped: k reason, ...`` (``m skipped`` alone when none)."""
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
+        total = sum(self.skipped.values())
+        return f"{self.shadowed} shadowed, {total} skipped" + (f": {reasons}" if reasons else "")
+
+
 class Mismatch(BaseModel):
     """A reported pair, with everything needed to show both sides."""
 
@@ -101,3 +122,4 @@ class Report(BaseModel):
     worst: tuple[Mismatch, ...]
     verdict: Verdict
     notes: tuple[str, ...]
+    coverage: Coverage | None = None

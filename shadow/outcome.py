@@ -14,7 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from contracts.job import TERMINAL_STATES, Job, JobState
 
@@ -42,7 +51,9 @@ class OutputFile(BaseModel):
         The URL the app sees in the prediction's ``output``; strings of the output equal to
         it are read as "this file", not as text. Reports may link or show it.
     path : Path or None
-        A local file holding the bytes, read by :func:`read_path` when no reader is given.
+        A local file holding the bytes, read by :func:`read_path` when no reader is given;
+        left out of a dump whose context has ``public`` (the JSON report: no server
+        file-system path), kept in the stored comparison (previews read it).
     key : str or None
         The storage key, for a caller-supplied :data:`Reader`.
     """
@@ -55,6 +66,13 @@ class OutputFile(BaseModel):
     url: str | None = None
     path: Path | None = None
     key: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _public(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        dumped = handler(self)
+        if isinstance(dumped, dict) and (info.context or {}).get("public"):
+            dumped.pop("path", None)
+        return dumped
 
     @property
     def media_type(self) -> str:

@@ -17,13 +17,22 @@ from typing import Literal
 from contracts.job import JobState
 from shadow import compare, html_report, md_report, noise, verdict
 from shadow.compare import MEASURES, PairComparison
-from shadow.model import CostSummary, Latency, MeasureSummary, Mismatch, Report, Verdict
+from shadow.model import (
+    CostSummary,
+    Coverage,
+    Latency,
+    MeasureSummary,
+    Mismatch,
+    Report,
+    Verdict,
+)
 from shadow.outcome import OutputFile, Reader, read_path
 from shadow.thresholds import Thresholds
 
 __all__ = [
     "FORMATS",
     "CostSummary",
+    "Coverage",
     "Latency",
     "MeasureSummary",
     "Mismatch",
@@ -52,6 +61,7 @@ def build(
     now: datetime | None = None,
     worst: int = 10,
     has_candidate: bool = True,
+    coverage: Coverage | None = None,
 ) -> Report:
     """Aggregate control-vs-candidate pairs against control-vs-control ones.
 
@@ -72,6 +82,8 @@ def build(
         How many reported pairs to keep, contract breaks first, then by severity.
     has_candidate : bool
         False when the route has no candidate provider: the verdict is ``no-candidate``.
+    coverage : Coverage or None
+        Shadows made and skipped in the window (the store's count), shown as is.
     """
     thresholds = thresholds or Thresholds()
     given = list(pairs)
@@ -107,6 +119,7 @@ def build(
         worst=tuple(ranked[:worst]),
         verdict=Verdict(decision="hold", line=""),
         notes=_notes(base, thresholds, canceled=len(given) - len(found)),
+        coverage=coverage,
     )
     return report.model_copy(update={"verdict": verdict.decide(report)})
 
@@ -133,7 +146,7 @@ def render(report: Report, fmt: Format, *, image_src: ImageSource | None = None)
         An unknown format.
     """
     if fmt == "json":
-        return report.model_dump_json(indent=2)
+        return report.model_dump_json(indent=2, context={"public": True})  # no server paths
     if fmt == "md":
         return md_report.render_md(report)
     if fmt == "html":

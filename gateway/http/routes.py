@@ -35,12 +35,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from aiohttp import web
 
 from contracts.errors import ContractViolation
-from contracts.times import parse_time
 from gateway import wire
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
 from gateway.http.middleware import json_response
 from gateway.rollout.control import RouteControl
+from gateway.rollout.shadowpairs import report_since
 
 __all__ = ["routes"]
 
@@ -203,8 +203,7 @@ async def shadow_report(request: web.Request) -> web.Response:
     fmt = request.query.get("format", "html")
     if fmt not in _REPORT_TYPES:
         raise ContractViolation(f"format must be one of {', '.join(_REPORT_TYPES)}")
-    since_text = request.query.get("since")
-    since = parse_time(since_text, "since") if since_text else None
+    since = report_since(request.query.get("since"), "since")
     spec = await _control(request).spec(key)
     body = await request.config_dict[keys.ROUTES].pairs.report(key, spec, since=since,
                                                                 fmt=fmt)  # type: ignore[arg-type]

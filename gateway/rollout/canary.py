@@ -24,6 +24,7 @@ __all__ = [
     "choose_arm",
     "sampled",
     "shadow_arm",
+    "shadow_draw",
 ]
 
 Arm = Literal["control", "candidate"]
@@ -83,12 +84,22 @@ def shadow_arm(
     ``baseline`` (the control a second time) for ``baseline_percent`` of those, else ``shadow`` (the
     candidate); None otherwise.
     """
+    drawn, refusal = shadow_draw(route, spec, arm, prediction_id, data)
+    return None if refusal else drawn
+
+
+def shadow_draw(
+    route: str, spec: RouteSpec, arm: str, prediction_id: str, data: dict[str, Any]
+) -> tuple[str | None, str | None]:
+    """``(hidden arm, policy refusal)`` of a new prediction: ``(None, None)`` when it is
+    not eligible (not the control, no candidate or policy, not drawn at the shadow
+    percent); ``(arm, reason)`` when it is drawn but the policy refuses its input
+    (:meth:`shadow.policy.ShadowPolicy.refusal`'s reason); ``(arm, None)`` when it is
+    shadowed."""
     if arm != "control" or spec.candidate is None or spec.shadow_policy is None:
-        return None
+        return None, None
     if not sampled(route, prediction_id, spec.shadow_percent):
-        return None
-    if not spec.shadow_policy.admits(data):
-        return None
-    if sampled(f"baseline:{route}", prediction_id, spec.baseline_percent):
-        return "baseline"
-    return "shadow"
+        return None, None
+    drawn = "baseline" if sampled(f"baseline:{route}", prediction_id,
+                                  spec.baseline_percent) else "shadow"
+    return drawn, spec.shadow_policy.refusal(data)

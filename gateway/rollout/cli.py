@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import CutoverError
-from contracts.times import parse_time
 from gateway import assembly, dryrun
 from gateway.config import Settings
 from gateway.rollout.control import RouteControl, reason_problem
 from gateway.rollout.router import Router
-from gateway.rollout.shadowpairs import ShadowComparisons
+from gateway.rollout.shadowpairs import ShadowComparisons, report_since
 from gateway.rollout.sync import seed
 from gateway.storage import Storage
 from gateway.store.engine import db
@@ -174,7 +173,7 @@ async def _act(control: RouteControl, args: argparse.Namespace) -> int:
 
 async def _report(control: RouteControl, pairs: ShadowComparisons, args: Any) -> int:
     spec = await control.spec(args.route)
-    since = parse_time(args.since, "--since") if args.since else None
+    since = report_since(args.since, "--since")
     text = await pairs.report(args.route, spec, since=since, fmt=args.format)
     if args.output:
         try:

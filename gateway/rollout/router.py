@@ -25,7 +25,7 @@ from contracts.replicate import CreatePrediction
 from gateway.rollout import canary
 from gateway.rollout.spec import RouteSettings, RouteSpec, route_key
 
-__all__ = ["Caller", "Routed", "Router"]
+__all__ = ["Caller", "Routed", "Router", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Routed:
         return route_key(self.route.model, self.route.version)
 
 
-def _target(route: RouteSettings, provider: str) -> str | None:
+def target_of(route: RouteSettings, provider: str) -> str | None:
     """The provider's own name for the route's model: ``target`` belongs to the file's
     ``provider``, ``candidate_target`` to its ``candidate``, whichever arm each serves now
     (after a promote the candidate is the control, docs/canary.md "Promote")."""
@@ -132,7 +132,7 @@ class Router:
             version=version,
             deployment=request.deployment,
             provider=provider,
-            target=_target(route, provider),
+            target=target_of(route, provider),
             arm=arm,
             spec=spec,
         )

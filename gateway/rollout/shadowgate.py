@@ -23,16 +23,21 @@ from contracts.job import Job
 from gateway import ids
 from gateway.metrics import Metrics
 from gateway.rollout import canary
-from gateway.rollout.router import Routed, Router
+from gateway.rollout.router import Routed, Router, target_of
 from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
-__all__ = ["DROPPED", "SHADOW_PRIORITY", "WAITED", "ShadowGate", "drop_at", "shadow_job"]
+__all__ = [
+    "DROPPED", "SHADOW_PRIORITY", "SKIPPED", "SKIP_REASONS", "WAITED", "ShadowGate", "drop_at",
+    "shadow_job", "skip_reason",
+]
 
 log = logging.getLogger(__name__)
 DROPPED = "shadow dropped: the route's shadow budget is spent"
 WAITED = "shadow dropped: it waited longer than shadow_budget.max_wait_s for its provider"
+SKIPPED = "shadow skipped by the route's shadow_policy: "  # + the policy's reason
+SKIP_REASONS = ("policy_size", "policy_field", "budget", "queue_full", "provider_refused")
 #: Below every route's priority (-100..100): at a provider at capacity, a hidden copy
 #: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
 SHADOW_PRIORITY = -101
@@ -81,6 +86,7 @@ class ShadowGate:
         for job in late:
             if self._metrics is not None:
                 self._metrics.shadows.labels(job.route, "dropped").inc()
+                self._metrics.shadow_skips.labels(job.route, "queue_full").inc()
             log.info("shadow_dropped", extra={"job_id": job.id, "route": job.route,
                                               "waited_s": (now - job.created_at).total_seconds()})
         return late
@@ -113,6 +119,8 @@ class ShadowGate:
         outcome = "submitted" if fits else "dropped"
         if self._metrics is not None:
             self._metrics.shadows.labels(job.route, outcome).inc()
+            if not fits:
+                self._metrics.shadow_skips.labels(job.route, "budget").inc()
         if not fits:
             log.info(
                 "shadow_dropped",
@@ -133,23 +141,27 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
     """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
     control again for the baseline): no webhook, no idempotency key, its own callback
     token, and :data:`SHADOW_PRIORITY`, so it never takes a provider's slot from a
-    waiting prediction of an app (docs/shadow.md)."""
+    waiting prediction of an app (docs/shadow.md). A drawn primary whose input the policy
+    refuses gets a skip instead: a row born canceled with ``SKIPPED`` and the reason, and
+    no copy of the input (counted by the report, "Skips"). Its ``target`` is the one a live
+    prediction on that provider gets (:func:`~gateway.rollout.router.target_of`)."""
     spec = routed.spec
     if spec is None or spec.candidate is None:
         return None
-    arm = canary.shadow_arm(routed.key, spec, routed.arm, new.id, new.input)
+    arm, refusal = canary.shadow_draw(routed.key, spec, routed.arm, new.id, new.input)
     if arm is None:
         return None
+    provider = spec.candidate if arm == "shadow" else spec.provider
     return NewJob(
         id=ids.new_prediction_id(),
         model=new.model,
         version=new.version,
         deployment=new.deployment,
         route=new.route,
-        provider=spec.candidate if arm == "shadow" else spec.provider,
-        target=routed.route.candidate_target if arm == "shadow" else routed.route.target,
-        input=new.input,
-        logs=new.logs,
+        provider=provider,
+        target=target_of(routed.route, provider),  # as a live prediction there is sent
+        input={} if refusal else new.input,  # a skip keeps no copy of the input
+        logs=None if refusal else new.logs,
         callback_token=ids.callback_token(),
         deadline=new.deadline,
         created_at=new.created_at,
@@ -157,5 +169,15 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         arm=arm,
         shadow_of=new.id,
         tenant=new.tenant,
+        skipped=SKIPPED + refusal if refusal else None,
     )
+
+
+def skip_reason(error: str | None) -> str:
+    """The :data:`SKIP_REASONS` label of a shadow that never reached its provider, from
+    its stored error: the policy's (size or field), the budget's, the wait's, else the
+    provider refused it (its submit failed)."""
+    if error is not None and error.startswith(SKIPPED):
+        return "policy_size" if "larger than" in error else "policy_field"
+    return {DROPPED: "budget", WAITED: "queue_full"}.get(error or "", "provider_refused")
 

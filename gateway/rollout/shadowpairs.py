@@ -14,11 +14,13 @@ docs/shadow.md, "How the gateway uses it".
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import Counter
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from contracts.errors import CutoverError
-from gateway.rollout import guard
+from contracts.errors import ContractViolation, CutoverError
+from contracts.times import parse_time
+from gateway.rollout import guard, shadowgate
 from gateway.rollout.spec import RouteSpec
 from gateway.storage import LocalStorage, Storage
 from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
@@ -28,10 +30,31 @@ if TYPE_CHECKING:  # the comparison and report are imported when first used, not
     from shadow import compare as comparing
     from shadow import report as reporting
 
-__all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons"]
+__all__ = ["GUARD_PAIRS", "REPORT_PAIRS", "ShadowComparisons", "report_since"]
 
 GUARD_PAIRS = 200  # the newest candidate pairs the guard judges per round
 REPORT_PAIRS = 1000  # the newest pairs of each kind a report aggregates
+
+
+def report_since(text: str | None, name: str, now: datetime | None = None) -> datetime | None:
+    """A report window's start from ``text`` (ISO 8601; None: all pairs kept).
+
+    Raises
+    ------
+    ContractViolation
+        ``text`` is not a time, or is after ``now`` (default: the wall clock): a window
+        that has not begun holds no pair, and a report of 0 pairs would read as a verdict
+        (docs/shadow.md, "The report"). The admin API answers 422, the CLI exits 1.
+    """
+    if not text:
+        return None
+    since = parse_time(text, name)
+    now = now or datetime.now(UTC)
+    if since > now:
+        raise ContractViolation(
+            f"{name} {since.isoformat()} is in the future (now "
+            f"{now.isoformat(timespec='seconds')}): no pair can be in that window")
+    return since
 
 
 class ShadowComparisons:
@@ -128,8 +151,13 @@ class ShadowComparisons:
 
         candidates = await self.compared(route, "shadow", since)
         baseline = await self.compared(route, "baseline", since)
+        made, errors = await self._shadows.tally(route, since)
+        skipped: Counter[str] = Counter()
+        for error, n in errors.items():
+            skipped[shadowgate.skip_reason(error)] += n
         built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
-                                since=since, has_candidate=spec.candidate is not None)
+                                since=since, has_candidate=spec.candidate is not None,
+                                coverage=reporting.Coverage(shadowed=made, skipped=dict(skipped)))
         if fmt == "html":  # thumbnails as data: URIs, so the page works offline
             built = await reporting.with_previews(built)
         return reporting.render(built, fmt)

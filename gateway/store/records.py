@@ -64,13 +64,18 @@ class NewJob:
     arm: str = "control"
     shadow_of: str | None = None
     logs: str | None = None  # the input note (gateway.validation.CheckedInput.note)
+    skipped: str | None = None  # a shadow not run: stored canceled with this error
 
 
 def new_row(new: NewJob, now: datetime) -> dict[str, Any]:
-    """The ``jobs`` row of a new job in state ``creating``, created at ``now``."""
+    """The ``jobs`` row of a new job in state ``creating``, created at ``now``; a skipped
+    shadow's (``skipped``) is born ``canceled`` with that error, never dispatched."""
+    row = {key: value for key, value in new.__dict__.items() if key != "skipped"}
     return {
-        **new.__dict__,
-        "state": JobState.CREATING.value,
+        **row,
+        "state": JobState.CANCELED.value if new.skipped else JobState.CREATING.value,
+        "error": new.skipped,
+        "completed_at": now if new.skipped else None,
         "raw_status": None,
         "created_at": now,
         "updated_at": now,

@@ -134,6 +134,25 @@ class ShadowStore:
         async with self._engine.connect() as conn:
             return {route: oldest for route, oldest in (await conn.execute(query)).all()}
 
+    async def tally(
+        self, route: str, since: datetime | None = None
+    ) -> tuple[int, dict[str | None, int]]:
+        """``(shadowed, skipped)`` of ``route`` since ``since`` (None: all kept): shadows
+        that reached their provider, and, by stored error, those that ended without
+        (skipped by the policy, dropped by the budget or the wait, refused at submit)."""
+        where = [jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS)]
+        if since is not None:
+            where.append(jobs.c.created_at >= since)
+        shadowed = sa.select(sa.func.count()).where(*where, jobs.c.submitted_at.is_not(None))
+        skipped = (
+            sa.select(jobs.c.error, sa.func.count())
+            .where(*where, jobs.c.submitted_at.is_(None), jobs.c.state.in_(_TERMINAL))
+            .group_by(jobs.c.error)
+        )
+        async with self._engine.connect() as conn:
+            made = int((await conn.execute(shadowed)).scalar_one())
+            return made, {error: int(n) for error, n in (await conn.execute(skipped)).all()}
+
     async def shadows_of(self, job_id: str) -> list[Job]:
         """The shadow jobs of primary ``job_id``."""
         query = sa.select(jobs).where(jobs.c.shadow_of == job_id).order_by(jobs.c.id)

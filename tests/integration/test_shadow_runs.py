@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.job import JobState
 from gateway.http import keys
-from gateway.rollout.shadowgate import DROPPED
+from gateway.rollout.shadowgate import DROPPED, SKIPPED
 from gateway.store.retention import RetentionStore
 from gateway.store.schema import jobs, outbox, shadow_comparisons
 from shadow import compare as shadow_compare
@@ -106,9 +106,15 @@ async def test_cancelling_the_primary_cancels_its_shadow(shadowed):
     "data",
     [{"prompt": "x", "n": 9}, {"prompt": "x", "n": 1, "seed": 3}, {"prompt": "x" * 300, "n": 1}],
 )
-async def test_inputs_the_policy_refuses_are_not_shadowed(shadowed, data):
+async def test_inputs_the_policy_refuses_are_not_shadowed_but_recorded_as_skips(shadowed, data):
     await shadowed.create({"version": VERSION, "input": data})
-    assert [r.arm for r in await _rows(shadowed)] == ["control"]
+    await shadowed.settle()
+    rows = {r.arm: r for r in await _rows(shadowed)}  # same created_at: ordered by id
+    assert sorted(rows) == ["control", "shadow"]
+    skip = rows["shadow"]  # born canceled with the policy's reason, never sent, no input copy
+    assert (skip.state, skip.submitted_at, skip.input) == ("canceled", None, {})
+    assert skip.error.startswith(SKIPPED)
+    assert shadowed.app[keys.PROVIDERS]["fake2"].adapter.submitted == []  # type: ignore[attr-defined]
 
 
 async def test_over_budget_shadows_are_dropped_not_queued(make_gateway):

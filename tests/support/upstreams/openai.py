@@ -70,7 +70,7 @@ class FakeOpenAI(FakeUpstream):
             return None, None, denied
         body = await request.json()
         prompt = _prompt(body)
-        job = self.new_job({"prompt": prompt}, None)
+        job = self.new_job({"prompt": prompt}, None, scope=str(body.get("model", "")))
         job.state = "running"
         while self.gate is not None and not self.gate.is_set():
             if request.transport is None or request.transport.is_closing():
