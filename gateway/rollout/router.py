@@ -92,7 +92,7 @@ class Router:
         ``provider``, ``candidate_target`` of its ``candidate``; None otherwise)."""
         for route in self._routes:
             if route_key(route.model, route.version) == key:
-                return _target(route, provider)
+                return target_of(route, provider)
         raise NotFound(f"route {key!r} does not exist")
 
     def update(self, version: int, specs: Mapping[str, RouteSpec]) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
@@ -15,6 +16,7 @@ from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.every_backend  # the rescue's guarded UPDATE is the point
 ROUTE = f"acme/echo:{VERSION}"
 ADMIN_TOKEN = "adm_rescue_test"  # a test value, not a credential
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
