@@ -183,6 +183,9 @@ def test_canary_moves_live_and_rolls_back_live(stack: Stack):
     assert stack.owner(in_flight.id) == "local-cog"
 
     on_candidate = stack.create(1, prompt="later", delay=2.0)
+    wait_until_sync(  # accepted there: a rollback moves only what the candidate never took
+        lambda: stack.admin("GET", f"/predictions/{on_candidate.id}").json()["provider_job_id"],
+        30.0, what="the candidate accepted it")
     rolled = stack.admin("POST", f"/routes/{ROUTE}/rollback", 1,
                          json={"reason": "answers end in a bang"})
     assert rolled.status_code == 200, rolled.text
