@@ -2,8 +2,8 @@
 
 For each preset of examples/maps/ (and the ``openai`` adapter's default chat map), one
 prediction's translation as the gateway runs it: the input map on the example's app
-input (:func:`gateway.translator.input_of`) plus the output map on the example's
-provider output (:func:`gateway.maps.run`), programs already compiled (they are, once a
+input (:func:`gateway.translation.translator.input_of`) plus the output map on the example's
+provider output (:func:`gateway.translation.maps.run`), programs already compiled (they are, once a
 route is loaded). Also the same with a seed beyond 2^53 in the input (the marked-integer
 path). Prints, per preset, the p50 of each map alone and of both (a prediction), and
 the p99 of both: p50, p99 and the mean CPU time (this thread's, so a busy machine's
@@ -29,8 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.openai_mapping import DEFAULT_MAPS
-from gateway import maps
-from gateway.translator import input_of
+from gateway.translation import maps
+from gateway.translation.translator import input_of
 
 PRESETS = Path(__file__).resolve().parents[1] / "examples" / "maps"
 TARGET_US = 50.0

@@ -16,14 +16,13 @@ from typing import Any, cast
 from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.job import Job
-from gateway.adoption import Adopter, LegacyLookup
 from gateway.clock import Clock
 from gateway.config import Settings, WebhookSettings
 from gateway.config.tenants import SECRET_ROW_PREFIX
-from gateway.conformance import OutputContract
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
 from gateway.finalizer import Finalizer
+from gateway.legacy.adoption import Adopter, LegacyLookup
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
 from gateway.rollout import wiring as routewiring
@@ -33,7 +32,8 @@ from gateway.store.engine.aio import Engine
 from gateway.store.jobs import JobStore
 from gateway.store.retention import RetentionStore
 from gateway.store.sessions import ConsoleSessions
-from gateway.translator import Translator
+from gateway.translation.conformance import OutputContract
+from gateway.translation.translator import Translator
 from gateway.validation import Schemas
 from gateway.webhooks import signing
 from gateway.webhooks.signers import TenantSigners
@@ -127,7 +127,8 @@ def schema_fetcher(
 
 
 def output_contract(settings: Settings, schemas: Schemas) -> OutputContract:
-    """Each route's ``Output`` schema, checked by the finalizer (gateway/conformance.py)."""
+    """Each route's ``Output`` schema, checked by the finalizer
+    (gateway/translation/conformance.py)."""
     return OutputContract(settings.routes, schemas.document, schemas.cached)
 
 

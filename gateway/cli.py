@@ -33,12 +33,13 @@ from pathlib import Path
 
 from contracts.errors import ConfigurationError, CutoverError
 from contracts.times import parse_time
-from gateway import app, healthcheck, importcli, logs, providers
+from gateway import app, healthcheck, logs, providers
 from gateway.clock import utcnow
 from gateway.config import Settings, load_settings
 from gateway.config import checks as startchecks
 from gateway.config import tenants as tenancy
 from gateway.config.envnames import ignored_environment
+from gateway.legacy import importcli
 from gateway.rollout import cli as routecli
 from gateway.rollout import drift as routedrift
 from gateway.store.deadletters import DeadLetterRows

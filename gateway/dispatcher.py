@@ -62,7 +62,6 @@ from gateway.files.inputs import InputStager
 from gateway.files.outputs import AssetError
 from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_started
 from gateway.loop import Loop
-from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
@@ -70,7 +69,8 @@ from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.store.rescue import NEVER_SENT
-from gateway.translator import Translator
+from gateway.translation.maps import MapError
+from gateway.translation.translator import Translator
 
 __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_url"]
 

@@ -3,7 +3,7 @@
 
 Webhooks, polls, the watchdog, cancels and deadlines all hand a terminal observation to
 :meth:`Finalizer.finalize`. It checks the provider job id, checks the output against the
-model's ``Output`` schema (:mod:`gateway.conformance`: a mismatch fails the job, the raw
+model's ``Output`` schema (:mod:`gateway.translation.conformance`: a mismatch fails the job, the raw
 output kept for operators), copies output files into owned storage, then records the
 terminal state, the asset rows and the ``completed`` outbox event in one transaction
 (:meth:`gateway.store.jobs.JobStore.finish`). A call for a job that is already terminal
@@ -20,13 +20,13 @@ from adapters import errortext
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ErrorClass, ProviderSnapshot
-from gateway.conformance import OutputContract, OutputMismatch
 from gateway.files.outputs import AssetError, OutputCopier, has_files
-from gateway.maps import MapError
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore, Outcome, Progress, ValueRefused
-from gateway.translator import Translator
+from gateway.translation.conformance import OutputContract, OutputMismatch
+from gateway.translation.maps import MapError
+from gateway.translation.translator import Translator
 from gateway.validation import noted_logs
 from gateway.wire import timestamp
 

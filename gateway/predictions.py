@@ -25,10 +25,10 @@ from contracts.job import Job
 from contracts.replicate import CreatePrediction
 from contracts.times import parse_time
 from gateway import ids, validation, wire
-from gateway.adoption import Adopter
 from gateway.bodies import FinishedBodies
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.createheaders import MIN_CANCEL_AFTER_S, parse_cancel_after, parse_prefer_wait
+from gateway.legacy.adoption import Adopter
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.rollout import shadowgate

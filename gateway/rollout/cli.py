@@ -11,7 +11,7 @@
                                                       the route's maps for P (docs/translation.md)
 ``cutover routes translate ROUTE --provider P --input JSON [--output JSON]``
                                                       a dry run of the route's maps and
-                                                      schema checks (gateway/dryrun.py)
+                                                      schema checks (gateway/translation/dryrun.py)
 
 ``cutover shadow report --route R [--since T] [--format md|json|html] [--output FILE]``
                                                       the route's shadow-diff report
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import CutoverError
-from gateway import assembly, dryrun
+from gateway import assembly
 from gateway.config import Settings
 from gateway.rollout.control import RouteControl, reason_problem
 from gateway.rollout.router import Router
@@ -47,6 +47,7 @@ from gateway.storage import Storage
 from gateway.store.engine import db
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
+from gateway.translation import dryrun
 
 __all__ = ["add_commands", "log_setup", "run"]
 

@@ -19,10 +19,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.maps import MapSpec, map_problems
 from gateway.rollout.guardloop import route_numbers
 from gateway.rollout.spec import AuditEntry, RouteSpec
 from gateway.store.routes import RouteBook
+from gateway.translation.maps import MapSpec, map_problems
 
 __all__ = ["CHANGEABLE", "MAX_REASON_CHARS", "RouteControl", "parse_percent", "reason_problem"]
 

@@ -5,7 +5,7 @@ A route's *spec* is what an operator changes while the gateway runs: the control
 makes the canary sticky, the guard thresholds, and the shadow input policy
 (:class:`shadow.policy.ShadowPolicy`; none: nothing is shadowed), budget, baseline share
 and comparison thresholds (:class:`shadow.thresholds.Thresholds`), and its ``maps``
-per provider (:class:`gateway.maps.MapSpec`, docs/translation.md).
+per provider (:class:`gateway.translation.maps.MapSpec`, docs/translation.md).
 The config file seeds it; the store holds it (:mod:`gateway.store.routes`). A route as
 configured (``[[routes]]``, :class:`RouteSettings`) is its spec plus what only the config
 file says: which model, version or deployment it serves, the providers' own names for
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.replicate import VERSION_ID_RE
-from gateway.maps import MapSpec, map_problems
+from gateway.translation.maps import MapSpec, map_problems
 from shadow.policy import ShadowPolicy
 from shadow.thresholds import Thresholds
 

@@ -78,7 +78,7 @@ jobs = sa.Table(
     sa.Column("target", sa.String(255)),
     sa.Column("input", sa.JSON, nullable=False),
     sa.Column("output", sa.JSON),
-    # A failed output check's provider output, for operators (gateway/conformance.py).
+    # A failed output check's provider output, for operators (gateway/translation/conformance.py).
     sa.Column("raw_output", sa.JSON),
     sa.Column("logs", sa.Text),
     sa.Column("error", sa.Text),

@@ -1,5 +1,5 @@
 """A shadow whose output fails the model's ``Output`` schema is a contract break in the
-shadow report, and enough of them roll the canary back (gateway/conformance.py,
+shadow report, and enough of them roll the canary back (gateway/translation/conformance.py,
 docs/translation.md "Output conformance")."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Output conformance through the provider wire fakes: a RunPod result that does not have
 the model's declared ``Output`` shape ends the prediction ``failed`` naming the mismatch,
 the raw output kept for operators; a conforming one succeeds in the declared shape
-(gateway/conformance.py, docs/translation.md "Output conformance")."""
+(gateway/translation/conformance.py, docs/translation.md "Output conformance")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Output conformance against the model's ``Output`` schema (gateway/conformance.py,
+"""Output conformance against the model's ``Output`` schema (gateway/translation/conformance.py,
 docs/translation.md "Output conformance")."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.conformance import OutputMismatch, conform, interim, output_schema
+from gateway.translation.conformance import OutputMismatch, conform, interim, output_schema
 
 URIS = {"type": "array", "items": {"type": "string", "format": "uri"}}
 ONE_URI = {"type": "string", "format": "uri"}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contracts.errors import ContractViolation
-from gateway.importcli import parse_since
+from gateway.legacy.importcli import parse_since
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

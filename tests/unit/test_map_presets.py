@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gateway import maps
-from gateway.maps import MapSpec
-from gateway.translator import input_of
+from gateway.translation import maps
+from gateway.translation.maps import MapSpec
+from gateway.translation.translator import input_of
 
 PRESETS = Path(__file__).parents[2] / "examples" / "maps"
 NAMES = sorted(p.name for p in PRESETS.glob("*.toml"))

@@ -1,4 +1,4 @@
-"""gateway/maps.py: jq programs compiled once, run with exactly one result, integers
+"""gateway/translation/maps.py: jq programs compiled once, run with exactly one result, integers
 beyond 2^53 kept exactly, and a program that does not compile refused by ``cutover
 check`` and ``serve`` naming the route and jq's message (docs/translation.md)."""
 
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import cli, maps
-from gateway.maps import MapError
+from gateway import cli
+from gateway.translation import maps
+from gateway.translation.maps import MapError
 
 BIG = 18446744073709551615
 
@@ -117,7 +118,7 @@ def test_routes_show_prints_the_routes_maps(
 
 
 def test_an_input_maps_top_level_nulls_are_not_sent() -> None:
-    from gateway.translator import input_of
+    from gateway.translation.translator import input_of
 
     mapped = input_of("{prompt, seed, size: {width}}", {"prompt": "p"}, "fal")
     assert mapped == {"prompt": "p", "size": {"width": None}}  # only the top level

@@ -1,5 +1,5 @@
 """The ``openai`` adapter's Replicate-style input mapping is a default map of the maps
-mechanism (adapters/openai_mapping.py DEFAULT_MAPS, run by gateway/translator.py): the
+mechanism (adapters/openai_mapping.py DEFAULT_MAPS, run by gateway/translation/translator.py): the
 bodies it gives, per API, are the table of docs/providers.md "OpenAI-compatible"; a
 route's own input map for the provider replaces it (docs/translation.md)."""
 
@@ -12,11 +12,11 @@ import pytest
 from adapters.openai import OpenAIAdapter
 from adapters.openai_mapping import DEFAULT_MAPS, build_request
 from contracts.job import Job
-from gateway import maps
-from gateway.maps import MapError
 from gateway.rollout.router import Router
 from gateway.rollout.spec import RouteSettings
-from gateway.translator import Translator, input_of
+from gateway.translation import maps
+from gateway.translation.maps import MapError
+from gateway.translation.translator import Translator, input_of
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("chat", {"prompt": "hi", "max_new_tokens": 9, "temperature": 0.5, "unknown": 1},

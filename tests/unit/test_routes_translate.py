@@ -1,5 +1,5 @@
-"""``cutover routes translate`` (gateway/dryrun.py): the request a provider would get and
-the output the app would see, with the schema checks, calling nobody (the providers'
+"""``cutover routes translate`` (gateway/translation/dryrun.py): the request a provider
+would get and the output the app would see, with the schema checks, calling nobody (the providers'
 addresses here listen nowhere; the request is captured from the real adapter)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from adapters.openai_schema import model_schema
 from contracts.errors import ConfigurationError
 from gateway import validation
-from gateway.conformance import conform, output_schema
+from gateway.translation.conformance import conform, output_schema
 from gateway.validation import InputValidator, Schemas
 from tests.support.fixtures import ECHO_OPENAPI_SCHEMA
 

@@ -12,7 +12,7 @@ order (docs/translation.md, "A dry run"):
    ``fake`` kind makes none);
 4. with ``--output`` (the provider's output, as its adapter reads it: fal's result, a
    RunPod job's ``output``, an OpenAI-compatible call's chunks): the output map's result,
-   then the output conformance check (:func:`gateway.conformance.conform`): what the app
+   then the output conformance check (:func:`gateway.translation.conformance.conform`): what the app
    would see.
 
 The exit status is 0 when every step passes, 1 when one fails (its one-line reason
@@ -30,10 +30,11 @@ import httpx
 
 from contracts.errors import ConfigurationError, ContractViolation, CutoverError
 from contracts.snapshot import SubmitRequest
-from gateway import conformance, maps, providers
+from gateway import providers
 from gateway.config import RouteSettings, Settings
 from gateway.rollout.spec import RouteSpec, route_key
-from gateway.translator import input_of
+from gateway.translation import conformance, maps
+from gateway.translation.translator import input_of
 from gateway.validation import PROVIDER_SCHEMA, InputValidator, load_schema
 
 __all__ = ["add_command", "run"]

@@ -23,9 +23,9 @@ from adapters.replicate import snapshot_of
 from contracts.errors import ContractViolation
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
-from gateway.adoption import adopted_row, upstream_time
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files.outputs import AssetError, OutputCopier
+from gateway.legacy.adoption import adopted_row, upstream_time
 from gateway.store.adoptions import existing_ids, insert_adopted
 from gateway.store.engine.aio import Engine
 from gateway.store.records import AssetRecord

@@ -17,8 +17,8 @@ from typing import Any
 
 from contracts.errors import NotFound
 from contracts.job import Job
-from gateway import maps
-from gateway.maps import MapError, MapSpec
+from gateway.translation import maps
+from gateway.translation.maps import MapError, MapSpec
 
 __all__ = ["Translator"]
 

@@ -18,7 +18,7 @@ from gateway import assembly
 from gateway.clock import SYSTEM_CLOCK
 from gateway.config import Settings
 from gateway.files.outputs import OutputCopier
-from gateway.history import ImportSummary, PredictionLister, import_history
+from gateway.legacy.history import ImportSummary, PredictionLister, import_history
 from gateway.providers import build_adapter, credential
 from gateway.store.engine import db
 
