@@ -11,22 +11,45 @@ give the names the middleware works with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from contracts.auth import DEFAULT_TENANT, TENANT_CHARS, TENANT_NAME_RE
 from gateway.config.sections import checked_secret
 
-if TYPE_CHECKING:
-    from gateway.config import Settings
-
 __all__ = ["SECRET_ROW_PREFIX", "TenantSettings", "api_tokens", "check", "file_owners",
            "token_tenants"]
 
 SECRET_ROW_PREFIX = "webhook_signing_secret:"  # noqa: S105 (a row name, not a secret)
 """The ``secrets`` row of a tenant's generated signing secret is this plus its name."""
+
+
+class _Tokens(Protocol):  # what is read of [gateway]
+    @property
+    def api_tokens(self) -> Sequence[SecretStr]: ...
+    @property
+    def named_api_tokens(self) -> Mapping[str, SecretStr]: ...
+
+
+class _Routed(Protocol):  # what is read of a [[routes]] entry
+    @property
+    def model(self) -> str: ...
+    @property
+    def tenants(self) -> Sequence[str] | None: ...
+
+
+class Settings(Protocol):
+    """What these functions read of :class:`gateway.config.Settings` (named structurally,
+    so this module, which that one imports, imports nothing back)."""
+
+    @property
+    def gateway(self) -> _Tokens: ...
+    @property
+    def tenants(self) -> Sequence[TenantSettings]: ...
+    @property
+    def routes(self) -> Sequence[_Routed]: ...
 
 
 class TenantSettings(BaseModel):
