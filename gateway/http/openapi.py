@@ -134,12 +134,20 @@ def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
     return operation
 
 
+#: The operator console's pages are HTML for people, signed in by cookie (docs/console.md):
+#: not operations of the API this document describes.
+UNDESCRIBED_PREFIXES = ("/admin/console",)
+
+
 def registered(app: web.Application, prefix: str = "") -> list[tuple[str, str, Any]]:
-    """Every ``(method, path template, handler)`` of ``app`` and its sub-applications."""
+    """Every ``(method, path template, handler)`` of ``app`` and its sub-applications, but
+    the console's pages (:data:`UNDESCRIBED_PREFIXES`)."""
     found = []
     for route in app.router.routes():
         resource = route.resource
         if resource is None or route.method in {"HEAD", "OPTIONS"}:
+            continue
+        if (prefix + resource.canonical).startswith(UNDESCRIBED_PREFIXES):
             continue
         sub = getattr(resource, "_app", None)
         if isinstance(sub, web.Application):

@@ -29,6 +29,7 @@ from tests.support.fixtures import (  # noqa: F401
     cog_server,
     cog_server_with_schema,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.cog
 
@@ -262,9 +263,14 @@ async def test_fetch_probe_after_completion_reports_lost_without_running_the_mod
     await cog.wait_idle(timeout_s=2.0)  # the stray failed at input validation at once
     assert await cog.adapter.cancel(ref) is False
     assert len(cog.receiver.calls) == calls_before  # the probe sent no webhook
-    log = cog.server.log_tail(400).splitlines()
+
+    def refused_in_log() -> list[str] | None:  # Cog writes its log line after it is idle
+        log = cog.server.log_tail(400).splitlines()
+        found = any(ref.job_id in line and "Input must be a JSON object" in line for line in log)
+        return log if found else None
+
+    log = await wait_until(refused_in_log, what="Cog's log refusing the probe's input")
     assert sum(ref.job_id in line and "step 1/3" in line for line in log) == 1  # ran once
-    assert any(ref.job_id in line and "Input must be a JSON object" in line for line in log)
 
 
 async def test_fetch_probe_while_another_job_holds_the_slot_reports_lost(

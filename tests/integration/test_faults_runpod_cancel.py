@@ -40,7 +40,7 @@ async def up(runpod: FakeRunPod, make_settings: Callable[..., Any],
                 "token_env": "CUTOVER_TEST_RUNPOD_KEY", "fetch_interval_s": 0.02,
                 "fetch_max_interval_s": 0.05}
     made = await front(make_settings, aiohttp_client, provider, "ep-echo",
-                       cancel_grace_s=30.0)
+                       cancel_grace_s=300.0)
     yield made
     await made.aclose()
 
@@ -69,7 +69,7 @@ async def test_an_acknowledged_cancel_ends_canceled_and_late_output_is_not_appli
         await wait_until(lambda: _is(status(), "processing"), what="processing")
         runpod.cancel_ignored = True  # CANCELLED, while the worker runs on
         await prediction.async_cancel()
-        await wait_until(lambda: _is(status(), "canceled"), timeout_s=10,
+        await wait_until(lambda: _is(status(), "canceled"), timeout_s=60,
                          what="canceled on RunPod's CANCELLED (well before cancel_grace_s)")
 
         runpod.finish(job)  # the worker ends anyway, with output, and calls back

@@ -27,3 +27,5 @@ async def test_every_registered_route_is_described(gateway: GatewayHarness) -> N
     assert "Prediction" in document["components"]["schemas"]
     assert "/admin/webhooks/dead" in document["paths"]
     assert "/v1/files" in document["paths"] and "/openapi.json" in document["paths"]
+    # the console's pages are for people (HTML, a cookie): not in the API's document
+    assert not [path for path in document["paths"] if path.startswith("/admin/console")]

@@ -75,17 +75,10 @@ async def test_a_refused_connection_is_retryable_even_for_a_create():
     await up.aclose()
 
 
-def test_openai_input_table():
-    body = openai_mapping.build_request(
-        "chat", "m", {"prompt": "hi", "system_prompt": "be brief", "max_new_tokens": 5,
-                      "stop_sequences": "a,b", "seed": 3, "ignored": 1}, stream=True)
-    assert body == {"model": "m", "messages": [{"role": "system", "content": "be brief"},
-                                               {"role": "user", "content": "hi"}],
-                    "max_tokens": 5, "stop": ["a", "b"], "seed": 3, "stream": True}
-    image = openai_mapping.build_request("images", "m", {"prompt": "cat", "width": 512,
-                                                         "height": 256, "num_outputs": 2},
-                                         stream=True)
-    assert image == {"model": "m", "prompt": "cat", "response_format": "b64_json",
-                     "size": "512x256", "n": 2}
-    with pytest.raises(UpstreamRejected):
-        openai_mapping.build_request("chat", "m", {"prompt": 5}, stream=False)
+def test_openai_request_body_is_the_mapped_input_with_model_and_stream():
+    """The input table itself is the default map's (tests/unit/test_openai_default_map.py);
+    the adapter adds only the model and, for a streamed call, ``stream``."""
+    mapped = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    assert openai_mapping.build_request("m", mapped, stream=True) == {
+        "model": "m", **mapped, "stream": True}
+    assert openai_mapping.build_request("m", mapped, stream=False) == {"model": "m", **mapped}
