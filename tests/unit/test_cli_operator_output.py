@@ -77,7 +77,7 @@ def test_routes_show_aligns_the_numbers_of_each_arm_under_their_headings() -> No
     arm = {"provider": "local-cog", "count": 125, "failed": 1, "error_rate": 0.008,
            "p50_s": 0.078, "p95_s": 0.934, "stuck": 0}
     shown = {
-        "route": "acme/echo", "window_s": 300.0, "changes": [],
+        "route": "acme/echo", "window_s": 300.0, "since": "2026-12-02T07:00:00Z", "changes": [],
         "spec": {"provider": "local-cog", "candidate": "new", "canary_percent": 10.0,
                  "caller_key": "token", "shadow_percent": 0.0, "guard": None},
         "arms": {"control": arm, "candidate": {**arm, "provider": "new", "count": 3,
@@ -85,7 +85,7 @@ def test_routes_show_aligns_the_numbers_of_each_arm_under_their_headings() -> No
                                                "p50_s": None, "p95_s": None}},
     }
     lines = routecli._show(shown).splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("last 300 s"))
+    head = next(i for i, line in enumerate(lines) if line.startswith("since 2026-12-02T07:00"))
     table = lines[head:head + 3]
     for heading, cell in (("ARM", "control"), ("PROVIDER", "local-cog"), ("COUNT", "125"),
                           ("STUCK", "0"), ("ERROR", "0.8%"), ("P95", "934 ms")):
