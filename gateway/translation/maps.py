@@ -22,6 +22,7 @@ Two jq pitfalls are designed around here (docs/translation.md, "Two jq pitfalls"
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,10 @@ __all__ = [
 BIG_INT_MARK = "\ue000"
 _SAFE = 2**53
 _MARKED = re.compile(f"{BIG_INT_MARK}(-?[0-9]+)")
+#: Every digit as ``0``: a JSON text whose digits so read hold no run of 16 (2^53 has 16
+#: digits) holds no integer beyond 2^53, and goes to jq as it is (no walk).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_SIXTEEN_DIGITS = b"0" * 16
 _MAX_PROGRAM_CHARS = 20_000
 _MISSING = object()
 
@@ -102,8 +107,9 @@ def compile_problem(program: str | None) -> str | None:
 
 
 def run(program: str, value: Any, *, what: str) -> Any:
-    """``program``'s one result for ``value``, integers beyond 2^53 kept exactly (only an
-    input holding one has its result walked for marked integers).
+    """``program``'s one result for ``value`` (any JSON value), integers beyond 2^53 kept
+    exactly: ``value`` goes to jq as JSON text, and only a text with a run of 16 or more
+    digits is walked for such integers (and its result for marked ones).
 
     ``what`` names the map in the error (``"the input map of provider 'fal'"``).
 
@@ -112,9 +118,16 @@ def run(program: str, value: Any, *, what: str) -> Any:
     MapError
         jq's run-time error, or the program gave no result or more than one.
     """
-    protected = _protect(value)
+    protected = value
     try:
-        results = iter(compiled(program).input_value(protected))
+        text = json.dumps(value)
+        if _SIXTEEN_DIGITS in text.encode().translate(_DIGITS_AS_ZERO):
+            # it may hold an integer beyond 2^53 (or only a long number or digits in a
+            # string): walk it, and send the marked copy when it does
+            protected = _protect(value)
+            if protected is not value:
+                text = json.dumps(protected)
+        results = iter(compiled(program).input_text(text))
         first = next(results, _MISSING)
         extra = next(results, _MISSING) if first is not _MISSING else _MISSING
     except ValueError as exc:

@@ -60,6 +60,48 @@ def test_the_identity_map_gives_back_every_json_value_exactly(value: object) -> 
     assert maps.run(".", value, what="m") == value
 
 
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                               max_size=4),
+    max_leaves=12,
+)
+
+
+def _beyond_2_53(value: object) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) > 2**53
+    if isinstance(value, dict):
+        return any(map(_beyond_2_53, value.values()))
+    return isinstance(value, list) and any(map(_beyond_2_53, value))
+
+
+@given(JSON, st.sampled_from([".", "[.]", "{v: ., t: type}", "[.. | numbers]",
+                              "[paths(type == \"number\")]", "tojson"]))
+def test_a_map_gives_what_jq_gives_and_integers_beyond_2_53_exactly(
+    value: object, program: str,
+) -> None:
+    # run() hands jq JSON text and skips the marked-integer walk when the text has no run
+    # of 16 digits; it must agree with jq's own input_value wherever jq is exact
+    expected = maps.compiled(program).input_value(value).first()
+    if not _beyond_2_53(value):
+        assert maps.run(program, value, what="m") == expected
+    elif program in (".", "[.]"):
+        assert maps.run(program, value, what="m") == (value if program == "." else [value])
+
+
+@pytest.mark.parametrize("value", [
+    {"seed": 2**53, "n": -(2**53), "s": "12345678901234567890", "f": 1234567890123456.5},
+    [2**53 + 1, "9007199254740993", 1e300],  # the smallest beyond 2^53: 16 digits
+    {"k": [-(2**53) - 1, 1.5]},
+    [2**64, -(2**64) - 1, "\ue000 is only a mark in jq"],
+])
+def test_long_numbers_and_digits_in_strings_keep_their_values(value: object) -> None:
+    assert maps.run(".", value, what="m") == value
+    assert maps.run("[.]", value, what="m") == [value]
+
+
 def test_arithmetic_on_an_integer_beyond_2_53_fails_rather_than_rounding() -> None:
     with pytest.raises(MapError, match="cannot be added"):
         maps.run(".seed + 1", {"seed": BIG}, what="m")
