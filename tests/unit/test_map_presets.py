@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.translation import maps
 from gateway.translation.maps import MapSpec
@@ -82,3 +84,29 @@ def test_the_pitfall_is_real_and_found() -> None:
     assert maps.run(".flag // true", {"flag": False}, what="m") is True  # jq's own reading
     assert maps.falls_back_on_false(".flag // true", {"flag"}) == ["flag"]
     assert maps.run('if has("flag") then .flag else true end', {"flag": False}, what="m") is False
+
+
+#: The Whisper preset's output map as first written: ``join("")`` alone (the preset joins
+#: with ``add`` where that gives a string, for speed: the two must agree).
+WHISPER_OUTPUT_BY_JOIN = """
+(if type == "array" then join("") else tostring end) as $text
+| {transcription: $text, segments: [], translation: null, txt_file: null, srt_file: null, detected_language: null}
+"""
+
+
+def _result_or_error(program: str, value: Any) -> Any:
+    try:
+        return maps.run(program, value, what="output")
+    except maps.MapError as exc:
+        return ("error", exc.detail)
+
+
+@given(st.lists(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6)
+                | st.floats(allow_nan=False, allow_infinity=False, width=32)
+                | st.just({"error": "boom"}) | st.just(["x"]), max_size=6)
+       | st.text(max_size=6) | st.integers() | st.none() | st.just({"a": 1}))
+def test_the_whisper_output_map_joins_as_join_does(value: Any) -> None:
+    spec, _ = load("whisper-openai.toml")
+    assert spec.output is not None
+    assert _result_or_error(spec.output, value) == _result_or_error(WHISPER_OUTPUT_BY_JOIN,
+                                                                    value)
