@@ -90,7 +90,8 @@ def test_the_pitfall_is_real_and_found() -> None:
 #: with ``add`` where that gives a string, for speed: the two must agree).
 WHISPER_OUTPUT_BY_JOIN = """
 (if type == "array" then join("") else tostring end) as $text
-| {transcription: $text, segments: [], translation: null, txt_file: null, srt_file: null, detected_language: null}
+| {transcription: $text, segments: [], translation: null, txt_file: null, srt_file: null,
+   detected_language: null}
 """
 
 
