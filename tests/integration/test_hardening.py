@@ -57,6 +57,8 @@ class FileServer:
         await response.prepare(request)
         for _ in range(100):
             await response.write(b"x")
+            # the drip is the behaviour under test: a byte every 0.2 s, so the download
+            # outlasts its deadline while bytes keep coming (no read ever times out)
             await asyncio.sleep(0.2)
         return response
 
