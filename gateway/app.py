@@ -318,7 +318,8 @@ def build_loops(app: web.Application) -> list[Loop]:
             shadow_gate=app[keys.ROUTES].shadow_gate(),
         ),
         app[_DELIVERY],
-        Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25),
+        Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25,
+                clock=app[keys.CLOCK]),
         assembly.retention_loop(app, RetentionStore(app[_ENGINE])),
         *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
     ]
