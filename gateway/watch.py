@@ -19,7 +19,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.store.jobs import JobStore

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from contracts.job import JobState
-from gateway.http import keys
 from gateway.app import LOOPS
+from gateway.http import keys
 from tests.support.gateway import VERSION, GatewayHarness
 from tests.support.waiting import wait_until
 
