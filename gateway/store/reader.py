@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from contracts.job import Job
 from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.engine.aio import Engine
+from gateway.store.engine.pgreads import RowReads
 from gateway.store.schema import UTCDateTime, jobs
 
 __all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "RowVersion", "SqliteReads", "job_of"]
@@ -43,6 +44,8 @@ GET_LEASED_JOB = GET_JOB.add_columns(jobs.c.lease_owner, jobs.c.leased_until)
 # last written, with the two columns that say who may see it: GET's one small read.
 _VERSION_SQL = "SELECT row_version, updated_at, tenant, arm FROM jobs WHERE id = ?"
 _CURRENT_SQL = f"SELECT {_LIST}, row_version, updated_at FROM jobs WHERE id = ?"  # noqa: S608
+_PG_VERSIONS_SQL = ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "
+                    "WHERE id = ANY($1::text[])")
 GET_VERSION = sa.select(jobs.c.row_version, jobs.c.updated_at, jobs.c.tenant,
                         jobs.c.arm).where(jobs.c.id == sa.bindparam("job_id"))
 GET_CURRENT = GET_JOB.add_columns(jobs.c.row_version, jobs.c.updated_at)
@@ -225,6 +228,14 @@ class JobReader:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._fast: SqliteReads = store.fast_reads
+        engine = store.engine
+        self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
+                    if engine.dialect.name == "postgresql" else None)
+
+    async def close(self) -> None:
+        """Give back the connection of PostgreSQL's batched reads (none on SQLite)."""
+        if self._pg is not None:
+            await self._pg.close()
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
@@ -236,6 +247,10 @@ class JobReader:
         fast = self._fast.version(job_id)
         if fast is not None:
             return fast[0]
+        batched = await self._pg.row(job_id) if self._pg is not None else None
+        if batched is not None:
+            row = batched[0]
+            return None if row is None else ((row[1], row[2]), row[3], row[4])
         async with self._store.engine.read() as conn:
             row = (await conn.execute(GET_VERSION, {"job_id": job_id})).first()
         return None if row is None else ((row[0], row[1]), row[2], row[3])
