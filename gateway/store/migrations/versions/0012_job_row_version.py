@@ -7,7 +7,7 @@ process, module or tool runs it. SQLite: an ``AFTER UPDATE`` trigger sets it to 
 value plus one (its ``WHEN`` keeps it from firing on its own update); PostgreSQL: a
 ``BEFORE UPDATE`` trigger sets it on the new row. A later batch migration of ``jobs`` on
 SQLite rebuilds the table and drops the trigger: it must create it again
-(``tests/integration/test_row_version.py`` checks the head has it).
+(``tests/integration/test_get_current.py`` fails without it).
 
 Revision ID: 0012
 Revises: 0010
