@@ -155,7 +155,7 @@ async def measure(backend: str, callers: int, args: argparse.Namespace) -> list[
             print(f"  {backend}: {len(tokens)} predictions created and submitted in "
                   f"{time.perf_counter() - began:.0f} s", flush=True)
             pairs = list(tokens.items())
-            run, hooks = Run(), set()
+            run, hooks = Run(), set[asyncio.Task[None]]()
             provider = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
             async with provider:
                 cpu_before, wall = cpu_s(gateway.pid), time.perf_counter()
