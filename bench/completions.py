@@ -93,11 +93,13 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def submitted(gateway: GatewayProcess, url: str, app: App, count: int
+async def submitted(gateway: GatewayProcess, url: str, app: App | None, count: int
                     ) -> dict[str, str]:
-    """``count`` new predictions with a ``completed`` webhook to ``app``, once the
-    dispatcher has submitted them all: id -> callback token, in creation order."""
-    hook = {"webhook": f"http://127.0.0.1:{app.port}/hook", "webhook_events_filter": ["completed"]}
+    """``count`` new predictions with a ``completed`` webhook to ``app`` (None: no
+    webhook), once the dispatcher has submitted them all: id -> callback token, in
+    creation order."""
+    hook = {} if app is None else {
+        "webhook": f"http://127.0.0.1:{app.port}/hook", "webhook_events_filter": ["completed"]}
     body = {"version": "bench/echo", "input": {"prompt": "hi"}, **hook}
     limits = httpx.Limits(max_connections=64)
     async with httpx.AsyncClient(headers=AUTH, timeout=60, limits=limits) as http:

@@ -12,7 +12,13 @@ on the same database:
   interval an hour, every job's next probe moved 30 minutes ahead: nothing is polled in
   the window).
 
+First, the GET of one in-flight prediction (what ``wait()`` and ``reload()`` poll) against
+the bare aiohttp server answering the same bytes, per backend, alternating rounds (wrk,
+closed loop; :func:`bench.ratios.inflight_gets`), with issue 23's targets (0.50 of the bare
+server on SQLite, 0.40 on PostgreSQL).
+
     .venv/bin/python bench/inflight.py [--jobs 10000] [--seconds 60]
+        [--parts gets,cpu] [--backends sqlite,postgres] [--rounds 3] [--get-seconds 5]
 """
 
 from __future__ import annotations
@@ -31,12 +37,36 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ratios import AUTH, CREATE_BODY, gateway_config
+from bench.ratios import AUTH, CREATE_BODY, gateway_config, inflight_gets
 from bench.startup import cpu_s, rss_mib
 from bench.support import load
+from tests.support.databases import sync_database
 from tests.support.process import GatewayProcess
 
 MODES = {"polled": 30.0, "webhooks": 3600.0}  # the provider's fetch interval, seconds
+GET_TARGETS = {"sqlite": 0.50, "postgres": 0.40}  # of the bare server (issue 23)
+
+
+def gets(args: argparse.Namespace) -> list[str]:
+    """The in-flight GET against the bare server, per backend: summary and target lines."""
+    lines = []
+    wrk = argparse.Namespace(seconds=args.get_seconds, connections=32, rounds=args.rounds)
+    for backend in args.backends.split(","):
+        with tempfile.TemporaryDirectory() as tmp, sync_database(backend, Path(tmp)) as url:
+            work = Path(tmp)
+            gateway = GatewayProcess(gateway_config(url, work), work).start()
+            try:
+                created = httpx.post(f"{gateway.url}/v1/predictions", json=CREATE_BODY,
+                                     headers=AUTH, timeout=30).json()
+                summary = inflight_gets(gateway, backend, created["id"], work, wrk)
+            finally:
+                gateway.stop()
+        ratio = float(summary.split("ratio median ")[1].split()[0])
+        target = GET_TARGETS.get(backend, 0.0)
+        lines += [summary, f"{backend} GET in flight target >= {target:.2f} of bare: "
+                  f"{'met' if ratio >= target else 'NOT met'} ({ratio:.3f})"]
+        print("  " + lines[-1], flush=True)
+    return lines
 
 
 async def create(url: str, jobs: int, concurrency: int = 16) -> None:
@@ -121,10 +151,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--parts", default="gets,cpu", help="gets (GET vs bare), cpu")
+    parser.add_argument("--backends", default="sqlite,postgres", help="for the GET part")
+    parser.add_argument("--rounds", type=int, default=3, help="GET rounds per backend")
+    parser.add_argument("--get-seconds", type=float, default=5, help="wrk seconds a round")
     args = parser.parse_args()
     load.print_header()
-    results = measure(args.jobs, args.seconds)
+    lines = gets(args) if "gets" in args.parts else []
+    results = measure(args.jobs, args.seconds) if "cpu" in args.parts else {}
     print("== summary")
+    for line in lines:
+        print(line)
     for mode, (busy, rss, polled) in results.items():
         print(f"{args.jobs} jobs in flight, {mode:8}  {busy:5.1f} % of a core, RSS {rss:.0f} MiB "
               f"({polled} polled in {args.seconds:.0f} s)")

@@ -226,6 +226,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     reader = JobReader(store)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(store.fast_reads.close)
+        stack.push_async_callback(reader.close)
         copier = OutputCopier(
             storage=app[keys.STORAGE],
             public_url=gw.public_url,

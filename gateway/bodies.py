@@ -3,18 +3,24 @@
 A finished prediction never changes (docs/lifecycle.md: a terminal state never changes,
 and nothing rewrites a finished job's row), so the bytes of its JSON, once made, are right
 in every gateway process sharing the store, whichever of them finished it. GET and list
-serve them from here without reading the store again. Unfinished predictions are never
-kept: their row is read on every request (see :mod:`gateway.store.reader`).
+serve them from here without reading the store again.
 
 The cache is bounded by the total size of the bodies it holds (least recently used out
 first).
+
+:class:`CurrentBodies` keeps the JSON of predictions still running, each under the row
+version it was made from (``jobs.row_version``, raised by the database on every change of
+the row, in any process): a GET reads that version (one small read) and serves the kept
+bytes when it is the same, so the answer is made once per change, not once per poll, and
+never shows a state older than the row's (docs/lifecycle.md, "Reads of a prediction").
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 
-__all__ = ["DEFAULT_MAX_BYTES", "FinishedBodies"]
+__all__ = ["DEFAULT_MAX_BYTES", "CurrentBodies", "FinishedBodies"]
 
 DEFAULT_MAX_BYTES = 32 * 2**20
 
@@ -51,4 +57,44 @@ class FinishedBodies:
         self._bytes += len(body)
         while self._bytes > self._max_bytes:
             _, dropped = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+class CurrentBodies:
+    """An LRU map from prediction id to ``(row version, JSON bytes)`` of its state then.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._bodies: OrderedDict[str, tuple[Hashable, bytes]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    def get(self, job_id: str, version: Hashable) -> bytes | None:
+        """The body kept for ``job_id`` if it was made from row version ``version``."""
+        kept = self._bodies.get(job_id)
+        if kept is None or kept[0] != version:
+            return None
+        self._bodies.move_to_end(job_id)
+        return kept[1]
+
+    def put(self, job_id: str, version: Hashable, body: bytes) -> None:
+        """Keep ``body`` as ``job_id``'s JSON at row version ``version`` (replacing an
+        older one)."""
+        old = self._bodies.pop(job_id, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+        if len(body) > self._max_bytes:
+            return
+        self._bodies[job_id] = (version, body)
+        self._bytes += len(body)
+        while self._bytes > self._max_bytes:
+            _, (_, dropped) = self._bodies.popitem(last=False)
             self._bytes -= len(dropped)

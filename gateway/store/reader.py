@@ -26,9 +26,10 @@ import sqlalchemy as sa
 from contracts.job import Job
 from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.engine.aio import Engine
+from gateway.store.engine.pgreads import RowReads
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "SqliteReads", "job_of"]
+__all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "RowVersion", "SqliteReads", "job_of"]
 
 _COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 _NAMES = [c.name for c in _COLUMNS]
@@ -39,6 +40,17 @@ GET_JOB = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
 # A job with its lease (the provider-event processor: gateway/store/applying.py).
 _LEASED_SQL = f"SELECT {_LIST}, lease_owner, leased_until FROM jobs WHERE id = ?"  # noqa: S608
 GET_LEASED_JOB = GET_JOB.add_columns(jobs.c.lease_owner, jobs.c.leased_until)
+# A row's version (raised by a trigger on every UPDATE, migration 0012) and when it was
+# last written, with the two columns that say who may see it: GET's one small read.
+_VERSION_SQL = "SELECT row_version, updated_at, tenant, arm FROM jobs WHERE id = ?"
+_CURRENT_SQL = f"SELECT {_LIST}, row_version, updated_at FROM jobs WHERE id = ?"  # noqa: S608
+_PG_VERSIONS_SQL = ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "
+                    "WHERE id = ANY($1::text[])")
+GET_VERSION = sa.select(jobs.c.row_version, jobs.c.updated_at, jobs.c.tenant,
+                        jobs.c.arm).where(jobs.c.id == sa.bindparam("job_id"))
+GET_CURRENT = GET_JOB.add_columns(jobs.c.row_version, jobs.c.updated_at)
+RowVersion = tuple[int, Any]
+"""``(row_version, updated_at)`` of a job's row: equal values, equal row (what it shows)."""
 _NOT_HIDDEN = "arm NOT IN ({})".format(", ".join(f"'{arm}'" for arm in HIDDEN_ARMS))
 READ_TIMEOUT_S = 0.25  # a read waits this long for a checkpoint before the engine takes it
 
@@ -117,6 +129,25 @@ class SqliteReads:
         if rows is None:
             return None
         return (_from_sqlite(rows[0]) if rows else None,)
+
+    def version(self, job_id: str) -> tuple[tuple[RowVersion, str, str] | None] | None:
+        """``(((row_version, updated_at), tenant, arm) or None,)``, or None when this reader
+        cannot answer."""
+        rows = self._rows(_VERSION_SQL, (job_id,))
+        if rows is None:
+            return None
+        return (((rows[0][0], rows[0][1]), rows[0][2], rows[0][3]) if rows else None,)
+
+    def current(self, job_id: str) -> tuple[tuple[Job, RowVersion] | None] | None:
+        """``((job, its row version) or None,)`` from one read, or None when this reader
+        cannot answer."""
+        rows = self._rows(_CURRENT_SQL, (job_id,))
+        if rows is None:
+            return None
+        if not rows:
+            return (None,)
+        *row, version, updated = rows[0]
+        return ((_from_sqlite(row), (version, updated)),)
 
     def leased_job(self, job_id: str) -> tuple[Job, str | None, datetime | None] | None:
         """``(job, lease_owner, leased_until)``, or None when this reader cannot answer or
@@ -197,10 +228,45 @@ class JobReader:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._fast: SqliteReads = store.fast_reads
+        engine = store.engine
+        self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
+                    if engine.dialect.name == "postgresql" else None)
+
+    async def close(self) -> None:
+        """Give back the connection of PostgreSQL's batched reads (none on SQLite)."""
+        if self._pg is not None:
+            await self._pg.close()
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
         return await self._store.get(job_id)
+
+    async def version(self, job_id: str) -> tuple[RowVersion, str, str] | None:
+        """``((row_version, updated_at), tenant, arm)`` of the job, None if there is none:
+        one primary-key read of four small columns (on PostgreSQL one round trip)."""
+        fast = self._fast.version(job_id)
+        if fast is not None:
+            return fast[0]
+        batched = await self._pg.row(job_id) if self._pg is not None else None
+        if batched is not None:
+            row = batched[0]
+            return None if row is None else ((row[1], row[2]), row[3], row[4])
+        async with self._store.engine.read() as conn:
+            row = (await conn.execute(GET_VERSION, {"job_id": job_id})).first()
+        return None if row is None else ((row[0], row[1]), row[2], row[3])
+
+    async def current(self, job_id: str) -> tuple[Job, RowVersion] | None:
+        """The job and its row version, from one read; None if there is none."""
+        fast = self._fast.current(job_id)
+        if fast is not None:
+            return fast[0]
+        async with self._store.engine.read() as conn:
+            row = (await conn.execute(GET_CURRENT, {"job_id": job_id})).first()
+        if row is None:
+            return None
+        *values, version, updated = row
+        job = Job.model_validate(dict(zip(_NAMES, values, strict=True)))
+        return job, (version, updated)
 
     async def page(
         self,

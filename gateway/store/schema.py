@@ -110,6 +110,8 @@ jobs = sa.Table(
     sa.Column("tenant", sa.String(TENANT_CHARS), nullable=False, server_default=DEFAULT_TENANT),
     sa.Column("adopted", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("upstream", sa.JSON),  # an adopted prediction's object at the legacy provider
+    # raised by a trigger on every UPDATE (migration 0012): GET's cache key, never written
+    sa.Column("row_version", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
     sa.Index("ix_jobs_shadow_of", "shadow_of"),

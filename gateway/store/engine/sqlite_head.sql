@@ -1,6 +1,6 @@
 -- The SQLite schema the alembic migrations build, rendered by
 -- `python -m gateway.store.engine.db`. Do not edit.
--- alembic revision: 0010
+-- alembic revision: 0012
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -39,7 +39,7 @@ CREATE TABLE jobs (
 	lease_owner VARCHAR(64), 
 	leased_until DATETIME, 
 	stream BOOLEAN DEFAULT 0 NOT NULL, 
-	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), raw_output JSON, tenant VARCHAR(32) DEFAULT 'default' NOT NULL, adopted BOOLEAN DEFAULT 0 NOT NULL, upstream JSON, 
+	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), raw_output JSON, tenant VARCHAR(32) DEFAULT 'default' NOT NULL, adopted BOOLEAN DEFAULT 0 NOT NULL, upstream JSON, row_version BIGINT DEFAULT '0' NOT NULL, 
 	CONSTRAINT pk_jobs PRIMARY KEY (id), 
 	CONSTRAINT uq_jobs_idempotency_key UNIQUE (idempotency_key)
 );
@@ -197,4 +197,6 @@ CREATE TABLE console_sessions (
 
 CREATE INDEX ix_jobs_tenant_created_at_id ON jobs (tenant, created_at, id);
 
-INSERT INTO alembic_version (version_num) VALUES ('0010');
+CREATE TRIGGER jobs_row_version AFTER UPDATE ON jobs FOR EACH ROW WHEN NEW.row_version = OLD.row_version BEGIN UPDATE jobs SET row_version = OLD.row_version + 1 WHERE id = NEW.id; END;
+
+INSERT INTO alembic_version (version_num) VALUES ('0012');
