@@ -191,6 +191,7 @@ def _check(settings: Settings, path: Path | None) -> int:
     problems = readiness_problems(settings) + _tls_problems(settings)
     problems += startchecks.storage_problems(gw := settings.gateway)
     problems += startchecks.ca_file_problems(settings.providers)
+    problems += startchecks.operator_webhook_problems(settings.operator_webhook)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
@@ -218,6 +219,8 @@ def _check(settings: Settings, path: Path | None) -> int:
               f"{moving}{only}")
     for tenant in settings.tenants:  # docs/security.md
         print(f"tenant      {tenant.name}: {len(tenant.api_tokens)} API token(s)")
+    if (hook := settings.operator_webhook) is not None:  # docs/webhooks.md
+        print(f"operator    webhook {hook.url}: {', '.join(hook.events) or 'every route event'}")
     print(_drift(settings))
     return 1 if problems else 0
 
@@ -334,7 +337,7 @@ def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
         (
             str(x.id),
             x.msg_id,
-            x.prediction_id,
+            x.prediction_id or "-",  # an operator webhook event's (docs/webhooks.md)
             *((x.tenant,) if tenants else ()),
             x.event,
             str(x.attempts),
@@ -359,6 +362,8 @@ def _cut(text: str, width: int) -> str:
 def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     gw = settings.gateway
     context = _tls_context(settings)
+    for problem in startchecks.operator_webhook_problems(settings.operator_webhook):
+        raise ConfigurationError(problem)  # it would sign nothing: never started
     for problem in readiness_problems(settings):
         log.warning("configuration_incomplete", extra={"problem": problem})
     for ignored in ignored_environment(Settings.model_fields):

@@ -37,13 +37,15 @@ class Letter:
     """One outbox event as operators see it (``payload`` only when asked for).
 
     ``id`` is the outbox row id, ``msg_id`` the ``webhook-id`` the receiver sees,
-    ``prediction_id`` the job, ``tenant`` its tenant (docs/security.md). Times are
+    ``prediction_id`` the job, ``tenant`` its tenant (docs/security.md); an operator
+    webhook event (docs/webhooks.md, "Operator webhook") has no prediction: None, and the
+    ``default`` tenant. Times are
     timezone-aware UTC.
     """
 
     id: int
     msg_id: str
-    prediction_id: str
+    prediction_id: str | None
     event: str
     status: str
     url: str
@@ -62,7 +64,7 @@ class Letter:
         """A letter from a row of :class:`gateway.store.deadletters.DeadLetterRows`."""
         data = {k: v for k, v in row.items() if k in _FIELDS}
         data["prediction_id"] = row["job_id"]
-        data["tenant"] = row.get("tenant", DEFAULT_TENANT)
+        data["tenant"] = row.get("tenant") or DEFAULT_TENANT
         data["payload"] = json.loads(row["payload"]) if with_payload else None
         return cls(**data)
 
