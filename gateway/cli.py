@@ -45,7 +45,7 @@ from gateway.rollout import drift as routedrift
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
 from gateway.validation import schema_problem, schema_unknown
-from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, table
 
 __all__ = ["main", "readiness_problems"]
 
@@ -302,7 +302,7 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
                 until=parse_time(args.until, "--until") if args.until else None,
                 limit=args.limit,
             )
-            shown = _table(found, tenants=bool(settings.tenants))
+            shown = table(found, tenants=bool(settings.tenants))
             print(shown if found else "no dead-lettered webhook events")
         elif args.action == "show":
             print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
@@ -325,38 +325,6 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     finally:
         await engine.dispose()
-
-
-_HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
-
-
-def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
-    """Dead events as an aligned text table (errors cut at 60 characters); ``tenants``
-    (with ``[[tenants]]``): a TENANT column after the prediction."""
-    rows = [
-        (
-            str(x.id),
-            x.msg_id,
-            x.prediction_id or "-",  # an operator webhook event's (docs/webhooks.md)
-            *((x.tenant,) if tenants else ()),
-            x.event,
-            str(x.attempts),
-            str(x.last_status_code or "-"),
-            x.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            _cut(x.last_error or "", 60),
-        )
-        for x in letters
-    ]
-    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
-    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [headings, *rows]
-    )
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _serve(settings: Settings, listen_fd: int | None = None) -> int:

@@ -19,6 +19,10 @@ failed attempt; an SSRF refusal ``dead`` at once. A 410 Gone makes the row ``dea
 disables its URL in ``endpoints``: the URL's other pending rows, and every later event
 for it, go ``dead`` unsent until a replay re-enables it.
 
+Operator webhook events (docs/webhooks.md, "Operator webhook": rows with no job, event
+``operator``, written by :mod:`gateway.store.operatorhook`) go the same way, signed with
+the operator secret, retried like ``completed``, and not ordered among themselves.
+
 A non-terminal row is never sent once the job's ``completed`` event was delivered
 (it becomes ``superseded``), so a replay cannot put a stale snapshot after the final one.
 Claims are leases: on PostgreSQL ``FOR UPDATE SKIP LOCKED``, on SQLite the claim runs in
