@@ -9,6 +9,7 @@ says, not with the gateway's signer.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -17,11 +18,13 @@ import socket
 from typing import Any
 
 import pytest
+import tomli_w
 
 from contracts.job import JobState
+from gateway import cli
 from gateway.app import _ENGINE
 from gateway.webhooks.signing import generate_secret
-from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.gateway import VERSION, GatewayHarness, settings_dict
 from tests.support.outbox import outbox_rows
 from tests.support.receiver import Received, Receiver, Reply
 from tests.support.waiting import wait_until
@@ -199,3 +202,23 @@ async def test_without_an_operator_webhook_nothing_is_enqueued(make_gateway: Any
     await _admin(gw, "/canary", {"percent": 10, "reason": "quiet"})
     await _admin(gw, "/rollback", {"reason": "quiet"})
     assert await _rows(gw) == []
+
+
+async def test_a_cli_change_on_the_database_is_sent_by_the_gateway_without_its_secret(
+    make_gateway: Any, secret: str, database_url: str, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``cutover routes`` only enqueues: it needs the URL, not the secret; a gateway sends."""
+    async with Receiver() as receiver:
+        sections = _sections(receiver.url())
+        gw = await make_gateway(**sections)  # its signer is built: the secret was read
+        config = tmp_path / "cutover.toml"
+        config.write_bytes(tomli_w.dumps(
+            settings_dict(database_url, str(tmp_path / "assets"), **sections)).encode())
+        monkeypatch.delenv(SECRET_ENV)
+        argv = ["routes", "set-canary", ROUTE, "30", "--reason", "from a shell",
+                "--config", str(config)]
+        assert await asyncio.to_thread(cli.main, argv) == 0
+        (received,) = await _events(gw, receiver, 1)
+    event = verified(received, secret)
+    assert (event["type"], event["data"]["actor"]) == ("route.canary_changed", "cli")
