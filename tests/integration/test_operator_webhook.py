@@ -164,6 +164,13 @@ async def test_a_receiver_down_for_good_ends_in_a_dead_letter_and_the_change_sta
     assert [(x["event"], x["prediction_id"], x["attempts"]) for x in letters] == [
         ("operator", None, 3)]
     assert json.loads((await _rows(gw))[0].payload)["data"]["audit_id"] == entry["id"]
+    shown_letter = await gw.client.get(f"/admin/webhooks/dead/{letters[0]['msg_id']}",
+                                       headers=ADMIN)
+    assert (await shown_letter.json())["payload"]["type"] == "route.rolled_back"
+    replayed = await gw.client.post(f"/admin/webhooks/dead/{letters[0]['id']}/replay",
+                                    headers=ADMIN)
+    assert replayed.status == 200, await replayed.text()
+    assert [(r.status, r.attempts) for r in await _rows(gw)] == [("pending", 0)]
     shown = await (await gw.client.get(f"/admin/routes/{ROUTE}", headers=ADMIN)).json()
     assert shown["changes"][0]["action"] == "rollback"  # the change stands
 
