@@ -367,6 +367,7 @@ def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:
         notifier=app[keys.NOTIFIER],
         max_concurrency=hooks.max_concurrency,
         max_per_host=hooks.max_per_host,
+        operator_signer=assembly.operator_signer(settings),  # docs/webhooks.md
         interval_s=settings.gateway.loop_interval_s,
         metrics=app[keys.METRICS],
         clock=app[keys.CLOCK],

@@ -4,7 +4,9 @@ tenant's secrets (docs/security.md): ``default`` signs with the gateway's secret
 (``[webhooks] signing_secret``, else one kept in the store), another tenant with its
 ``webhook_signing_secret``, else one generated once and kept in the store under
 ``webhook_signing_secret:<name>``; signed file downloads use :func:`download_key`, which
-no tenant is given. Only :func:`open_routes` and :func:`signing_secrets` do I/O."""
+no tenant is given; the operator webhook (docs/webhooks.md, "Operator webhook") signs with
+the secret in ``[operator_webhook] secret_env``. Only :func:`open_routes` and
+:func:`signing_secrets` do I/O."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from gateway.storage import Storage, open_storage
 from gateway.store import secrets
 from gateway.store.engine.aio import Engine
 from gateway.store.jobs import JobStore
+from gateway.store.operatorhook import OperatorOutbox
 from gateway.store.retention import RetentionStore
 from gateway.store.sessions import ConsoleSessions
 from gateway.translation.conformance import OutputContract
@@ -39,7 +42,8 @@ from gateway.webhooks import signing
 from gateway.webhooks.signers import TenantSigners
 
 __all__ = [
-    "adopter", "download_key", "open_routes", "output_file_hosts", "retention_loop",
+    "adopter", "download_key", "open_routes", "operator_outbox", "operator_signer",
+    "output_file_hosts", "retention_loop",
     "schema_fetcher", "signers", "signing_secrets", "storage_for", "translator", "uploads",
     "webhook_signer",
 ]
@@ -160,7 +164,26 @@ async def open_routes(app: Any, engine: Any) -> None:
         engine, app[keys.ROUTER], app[keys.NOTIFIER], app[keys.METRICS], app[keys.STORAGE],
         providers=list(settings.providers), public_url=settings.gateway.public_url,
         poll_interval_s=settings.gateway.route_poll_interval_s, clock=app[keys.CLOCK],
+        operator=operator_outbox(settings),
     )
+
+
+def operator_outbox(settings: Settings) -> OperatorOutbox | None:
+    """Where live route changes are announced (``[operator_webhook]``), or None."""
+    conf = settings.operator_webhook
+    return None if conf is None else OperatorOutbox(conf.url, tuple(conf.events))
+
+
+def operator_signer(settings: Settings) -> signing.Signer | None:
+    """The signer of operator webhook events, or None without ``[operator_webhook]``.
+
+    Raises
+    ------
+    contracts.errors.ConfigurationError
+        ``secret_env`` unset or not a ``whsec_`` secret (the message names the setting).
+    """
+    conf = settings.operator_webhook
+    return None if conf is None else signing.Signer(conf.secret())
 
 
 async def signing_secrets(engine: Engine, settings: Settings, clock: Clock) -> dict[str, str]:

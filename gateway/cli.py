@@ -45,7 +45,7 @@ from gateway.rollout import drift as routedrift
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
 from gateway.validation import schema_problem, schema_unknown
-from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, Letter
+from gateway.webhooks.deadletter import DEFAULT_LIMIT, MAX_LIMIT, DeadLetters, table
 
 __all__ = ["main", "readiness_problems"]
 
@@ -191,6 +191,7 @@ def _check(settings: Settings, path: Path | None) -> int:
     problems = readiness_problems(settings) + _tls_problems(settings)
     problems += startchecks.storage_problems(gw := settings.gateway)
     problems += startchecks.ca_file_problems(settings.providers)
+    problems += startchecks.operator_webhook_problems(settings.operator_webhook)
     for problem in problems:
         print(f"cutover: {problem}", file=sys.stderr)
     for ignored in ignored_environment(Settings.model_fields):
@@ -218,6 +219,8 @@ def _check(settings: Settings, path: Path | None) -> int:
               f"{moving}{only}")
     for tenant in settings.tenants:  # docs/security.md
         print(f"tenant      {tenant.name}: {len(tenant.api_tokens)} API token(s)")
+    if (hook := settings.operator_webhook) is not None:  # docs/webhooks.md
+        print(f"operator    webhook {hook.url}: {', '.join(hook.events) or 'every route event'}")
     print(_drift(settings))
     return 1 if problems else 0
 
@@ -299,7 +302,7 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
                 until=parse_time(args.until, "--until") if args.until else None,
                 limit=args.limit,
             )
-            shown = _table(found, tenants=bool(settings.tenants))
+            shown = table(found, tenants=bool(settings.tenants))
             print(shown if found else "no dead-lettered webhook events")
         elif args.action == "show":
             print(json.dumps((await letters.get(args.id)).to_json(), indent=2))
@@ -324,41 +327,11 @@ async def _webhooks(settings: Settings, args: argparse.Namespace) -> int:
         await engine.dispose()
 
 
-_HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
-
-
-def _table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
-    """Dead events as an aligned text table (errors cut at 60 characters); ``tenants``
-    (with ``[[tenants]]``): a TENANT column after the prediction."""
-    rows = [
-        (
-            str(x.id),
-            x.msg_id,
-            x.prediction_id,
-            *((x.tenant,) if tenants else ()),
-            x.event,
-            str(x.attempts),
-            str(x.last_status_code or "-"),
-            x.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            _cut(x.last_error or "", 60),
-        )
-        for x in letters
-    ]
-    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
-    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [headings, *rows]
-    )
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _serve(settings: Settings, listen_fd: int | None = None) -> int:
     gw = settings.gateway
     context = _tls_context(settings)
+    for problem in startchecks.operator_webhook_problems(settings.operator_webhook):
+        raise ConfigurationError(problem)  # it would sign nothing: never started
     for problem in readiness_problems(settings):
         log.warning("configuration_incomplete", extra={"problem": problem})
     for ignored in ignored_environment(Settings.model_fields):

@@ -42,6 +42,7 @@ from gateway.config.sections import (
     FilesSettings,
     LimitSettings,
     LoggingSettings,
+    OperatorWebhookSettings,
     RetentionSettings,
     StorageSettings,
     WebhookSettings,
@@ -55,6 +56,7 @@ __all__ = [
     "GatewaySettings",
     "LimitSettings",
     "LoggingSettings",
+    "OperatorWebhookSettings",
     "ProviderSettings",
     "RetentionSettings",
     "RouteSettings",
@@ -265,6 +267,7 @@ class Settings(BaseSettings):
 
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    operator_webhook: OperatorWebhookSettings | None = None  # docs/webhooks.md
     admin: AdminSettings = Field(default_factory=AdminSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     files: FilesSettings = Field(default_factory=FilesSettings)

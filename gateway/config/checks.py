@@ -10,10 +10,13 @@ from collections.abc import Mapping
 
 from adapters import tls
 from contracts.errors import ConfigurationError
-from gateway.config import GatewaySettings, ProviderSettings
+from gateway.config import GatewaySettings, OperatorWebhookSettings, ProviderSettings
 from gateway.storage import LocalStorage, open_storage
 
-__all__ = ["ca_file_problems", "local_dir", "resolvable", "storage_problems"]
+__all__ = [
+    "ca_file_problems", "local_dir", "operator_webhook_problems", "resolvable",
+    "storage_problems",
+]
 
 
 def ca_file_problems(providers: Mapping[str, ProviderSettings]) -> list[str]:
@@ -25,6 +28,18 @@ def ca_file_problems(providers: Mapping[str, ProviderSettings]) -> list[str]:
         for name, conf in providers.items()
         if conf.ca_file is not None and (why := tls.ca_file_problem(conf.ca_file))
     ]
+
+
+def operator_webhook_problems(conf: OperatorWebhookSettings | None) -> list[str]:
+    """``[operator_webhook]``'s secret missing from the environment or malformed (``serve``
+    refuses to start with it; docs/webhooks.md, "Operator webhook")."""
+    if conf is None:
+        return []
+    try:
+        conf.secret()
+    except ConfigurationError as exc:
+        return [exc.detail]
+    return []
 
 
 def local_dir(storage_url: str) -> str:

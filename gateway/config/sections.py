@@ -1,16 +1,21 @@
 """Configuration sections of the gateway's outer surface (re-exported by
 :mod:`gateway.config`): ``[storage]``, ``[files]``, ``[logging]``, ``[limits]``,
-``[retention]``, ``[admin]`` and ``[webhooks]``."""
+``[retention]``, ``[admin]``, ``[webhooks]`` and ``[operator_webhook]``."""
 
 from __future__ import annotations
 
 import math
+import os
+import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from contracts.errors import ConfigurationError
+from gateway.rollout.announce import EVENT_TYPES
 from gateway.storage.base import MIN_PART_BYTES, PART_SIZE_BYTES
 from gateway.webhooks.signing import check_secret
 
@@ -20,6 +25,7 @@ __all__ = [
     "FilesSettings",
     "LimitSettings",
     "LoggingSettings",
+    "OperatorWebhookSettings",
     "RetentionSettings",
     "StorageSettings",
     "WebhookSettings",
@@ -200,3 +206,67 @@ class WebhookSettings(_Section):
         if self.previous_valid_until is not None and self.previous_valid_until.tzinfo is None:
             raise ValueError("previous_valid_until needs a time zone (e.g. 2026-06-01T00:00:00Z)")
         return self
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class OperatorWebhookSettings(_Section):
+    """``[operator_webhook]`` (docs/webhooks.md, "Operator webhook"): every live route
+    change (a canary or shadow set, a PATCH, a promote, a rollback by hand or by the guard,
+    a guard paused or resumed) is POSTed to ``url``, signed with Standard Webhooks headers
+    keyed with the ``whsec_`` secret in the environment variable ``secret_env`` (never
+    the file), through the outbox: retried on ``[webhooks] retry_delays_s``, then a dead
+    letter. ``events``: the types sent (of :data:`gateway.rollout.announce.EVENT_TYPES`;
+    empty, the default: all). The URL passes the SSRF guard like an app's webhook: a
+    private host needs ``[webhooks] allow_hosts``.
+    """
+
+    url: str
+    secret_env: str
+    events: list[str] = Field(default_factory=list)
+
+    @field_validator("url")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError(f"url must be an absolute http(s) URL, got {value!r}")
+        return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV_NAME.fullmatch(value):
+            raise ValueError("secret_env names an environment variable holding a whsec_ "
+                             f"secret (e.g. CUTOVER_OPERATOR_WEBHOOK_SECRET), got {value!r}")
+        return value
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, value: list[str]) -> list[str]:
+        unknown = [e for e in value if e not in EVENT_TYPES]
+        if unknown:
+            raise ValueError(f"unknown event type(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(EVENT_TYPES)}")
+        return value
+
+    def secret(self, environ: Mapping[str, str] | None = None) -> str:
+        """The signing secret from ``secret_env`` in ``environ`` (default ``os.environ``).
+
+        Raises
+        ------
+        ConfigurationError
+            The variable is unset or empty, or not a ``whsec_`` secret the signer takes;
+            the message names the setting.
+        """
+        value = (os.environ if environ is None else environ).get(self.secret_env, "")
+        where = f"[operator_webhook] secret_env = {self.secret_env!r}"
+        if not value:
+            raise ConfigurationError(f"{where}: ${self.secret_env} is not set (a whsec_ "
+                                     "secret: echo whsec_$(openssl rand -base64 32))")
+        try:
+            check_secret(value)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: ${self.secret_env}: {exc.detail}") from None
+        return value

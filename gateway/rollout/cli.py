@@ -131,7 +131,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         await db.migrate(engine)
         router = Router(settings.routes)
-        book = RouteBook(engine, target_of=router.target)
+        book = RouteBook(engine, target_of=router.target,
+                         operator=assembly.operator_outbox(settings))  # docs/webhooks.md
         await seed(book, router, settings.providers)
         control = RouteControl(book, routes=router.keys, providers=settings.providers)
         if args.command == "shadow":

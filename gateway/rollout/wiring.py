@@ -23,6 +23,7 @@ from gateway.rollout.shadowpairs import ShadowComparisons
 from gateway.rollout.sync import RouteSync, seed
 from gateway.storage import Storage
 from gateway.store.engine.db import Engine
+from gateway.store.operatorhook import OperatorOutbox
 from gateway.store.routes import RouteBook
 from gateway.store.shadows import ShadowStore
 
@@ -67,14 +68,17 @@ async def open_routes(
     public_url: str,
     poll_interval_s: float,
     clock: Clock = SYSTEM_CLOCK,
+    operator: OperatorOutbox | None = None,
 ) -> RouteServices:
     """Seed the store from the file, load the live specs, and build the services.
 
     ``providers`` are the configured provider names (a route change naming another is
     refused), ``public_url`` the gateway's, ``poll_interval_s`` how often the route
-    version is read (``[gateway] route_poll_interval_s``).
+    version is read (``[gateway] route_poll_interval_s``), ``operator`` where live
+    changes are announced (``[operator_webhook]``, docs/webhooks.md).
     """
-    book = RouteBook(engine, clock=clock, target_of=router.target, notifier=notifier)
+    book = RouteBook(engine, clock=clock, target_of=router.target, notifier=notifier,
+                     operator=operator)
     shadows = ShadowStore(engine, clock=clock)
     sync = RouteSync(book=book, router=router, notifier=notifier,
                      interval_s=poll_interval_s, metrics=metrics, clock=clock)

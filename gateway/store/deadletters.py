@@ -3,7 +3,7 @@
 The SQL side of :class:`gateway.webhooks.deadletter.DeadLetters`. A row is named by its
 outbox id (an ``int``) or its ``msg_...`` webhook id (a ``str``); a time window is
 ``[since, until)`` on ``created_at``. Rows come back as plain mappings of their columns
-(``job_id`` among them).
+(``job_id`` among them: None for an operator webhook event, whose ``tenant`` is None too).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class DeadLetterRows:
         with its prediction's ``tenant``."""
         query = (
             sa.select(*_COLUMNS, jobs.c.tenant)
-            .join(jobs, jobs.c.id == table.c.job_id)
+            .outerjoin(jobs, jobs.c.id == table.c.job_id)
             .where(table.c.status == DeliveryStatus.DEAD, *_window(since, until))
             .order_by(table.c.created_at.desc(), table.c.id.desc())
             .limit(limit)
@@ -66,7 +66,7 @@ class DeadLetterRows:
         """The row ``ref`` in any status, with its ``payload`` and its prediction's
         ``tenant``; None if there is none."""
         async with self._engine.connect() as conn:
-            query = sa.select(table, jobs.c.tenant).join(jobs, jobs.c.id == table.c.job_id)
+            query = sa.select(table, jobs.c.tenant).outerjoin(jobs, jobs.c.id == table.c.job_id)
             row = (await conn.execute(query.where(_ref(ref)))).first()
         return None if row is None else dict(row._mapping)
 

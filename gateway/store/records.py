@@ -177,10 +177,11 @@ TERMINAL_DELIVERY_STATUSES = frozenset(
 
 @dataclass(frozen=True)
 class OutboxRow:
-    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one."""
+    """A leased row: ``payload`` is the exact JSON to send, ``attempts`` counts this one;
+    ``job_id`` None: an operator webhook event (:mod:`gateway.store.operatorhook`)."""
 
     id: int
-    job_id: str
+    job_id: str | None
     msg_id: str
     event: str
     url: str

@@ -30,6 +30,7 @@ from gateway.notify import LoopName, Notifier
 from gateway.rollout.guard import Sample
 from gateway.rollout.spec import AuditEntry, RouteSpec, change_problem
 from gateway.store.engine.aio import Connection, Engine
+from gateway.store.operatorhook import OperatorOutbox
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE
 from gateway.store.rescue import Rescue, rescue
@@ -90,13 +91,17 @@ class RouteBook:
         (a reader, the drift check), a rollback moves nothing.
     notifier : Notifier, optional
         This process's loops, woken to dispatch moved predictions at once.
+    operator : OperatorOutbox, optional
+        ``[operator_webhook]``: each live change enqueues its event in its own transaction
+        (:mod:`gateway.store.operatorhook`); None: nothing is enqueued.
     """
 
     def __init__(
         self, engine: Engine, *, clock: Clock = SYSTEM_CLOCK, target_of: TargetOf | None = None,
-        notifier: Notifier | None = None,
+        notifier: Notifier | None = None, operator: OperatorOutbox | None = None,
     ) -> None:
         self._engine = engine
+        self._operator = operator
         self._clock = clock
         self._target_of = target_of
         self._notifier = notifier
@@ -191,7 +196,8 @@ class RouteBook:
         """Apply ``update`` (spec fields) to route ``key`` and audit it, in one transaction.
 
         Returns the audit entry, or None when ``only_if`` refused the current spec (e.g.
-        the guard finds the canary already at 0). A ``rollback`` of a route with a
+        the guard finds the canary already at 0); with ``operator``, the change's operator
+        webhook event is enqueued in the same transaction. A ``rollback`` of a route with a
         candidate also moves the candidate's never-accepted predictions to the control
         (:mod:`gateway.store.rescue`); the audit's evidence says how many, and which, as
         ``rescued``.
@@ -231,6 +237,9 @@ class RouteBook:
                     "count": len(moved), "to": after.provider,
                     "predictions": moved[:RESCUED_LISTED]}}
             entry = await self._audit(conn, key, who, action, before, after, reason, evidence)
+            told = self._operator is not None and await self._operator.write(conn, entry)
+        if told and self._notifier is not None:
+            self._notifier.wake(LoopName.DELIVERY)
         if moved:
             log.warning("predictions_rescued", extra={
                 "route": key, "from": before.candidate, "to": after.provider,

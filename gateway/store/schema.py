@@ -141,7 +141,8 @@ outbox = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("msg_id", sa.String(64), nullable=False, unique=True),
-    sa.Column("job_id", sa.String(26), sa.ForeignKey("jobs.id"), nullable=False),
+    # None: an operator webhook event (docs/webhooks.md, "Operator webhook"), no prediction's.
+    sa.Column("job_id", sa.String(26), sa.ForeignKey("jobs.id")),
     sa.Column("event", sa.String(16), nullable=False),
     sa.Column("url", sa.Text, nullable=False),
     sa.Column("payload", sa.Text, nullable=False),

@@ -8,9 +8,11 @@ persists it (:mod:`gateway.webhooks.delivery`). Rules (docs/replicate-api.md §6
 2xx                         ``delivered``
 410 Gone                    ``dead``, and the endpoint is to be disabled
 refused by the SSRF guard   ``dead`` at once (retrying cannot help)
-anything else               ``completed``: retried on the schedule (``Retry-After``
-(3xx, 4xx, 5xx, timeout,    honoured), ``dead`` once it is spent; ``start``,
-connection error)           ``output``, ``logs``: ``dropped`` (one attempt only)
+anything else               ``completed`` and ``operator`` (docs/webhooks.md,
+(3xx, 4xx, 5xx, timeout,    "Operator webhook"): retried on the schedule
+connection error)           (``Retry-After`` honoured), ``dead`` once it is spent;
+                            ``start``, ``output``, ``logs``: ``dropped`` (one
+                            attempt only)
 ==========================  =====================================================
 """
 
@@ -22,6 +24,7 @@ from datetime import datetime
 
 from contracts.replicate import WebhookEvent
 from gateway import retry
+from gateway.rollout.announce import OUTBOX_EVENT
 from gateway.store.records import DeliveryStatus
 
 __all__ = ["Attempt", "Decision", "decide"]
@@ -63,7 +66,7 @@ def decide(
     Parameters
     ----------
     event : str
-        ``start``, ``output``, ``logs`` or ``completed``.
+        ``start``, ``output``, ``logs``, ``completed`` or ``operator``.
     attempt : int
         How many attempts were made, this one included.
     result : Attempt
@@ -87,7 +90,7 @@ def decide(
         gone = "410 Gone: the endpoint is now disabled"
         return Decision(DeliveryStatus.DEAD, error=gone, disable_endpoint=True)
     error = result.error or _http_error(code)
-    if event != WebhookEvent.COMPLETED:
+    if event not in (WebhookEvent.COMPLETED, OUTBOX_EVENT):
         dropped = f"{error} (non-terminal events are not retried)"
         return Decision(DeliveryStatus.DROPPED, error=dropped)
     wait_s = retry.parse_retry_after(result.retry_after, now)

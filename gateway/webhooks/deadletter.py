@@ -1,6 +1,7 @@
 """Dead-lettered webhook events: list, show, replay (docs/webhooks.md).
 
-An outbox row is ``dead`` when its ``completed`` event exhausted the retry schedule,
+An outbox row is ``dead`` when its ``completed`` event (or an operator webhook event,
+docs/webhooks.md "Operator webhook") exhausted the retry schedule,
 when the SSRF guard refused its target at delivery, or when its endpoint answered (or
 had answered) 410 Gone. A replay puts a dead row back to ``pending`` with its attempts
 reset, due now, under the same ``msg_id`` (so the receiver's ``webhook-id``
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,7 @@ from contracts.auth import DEFAULT_TENANT
 from contracts.errors import Conflict, ContractViolation, NotFound
 from gateway.store.deadletters import DeadLetterRows, Ref
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "DeadLetters", "Letter", "table"]
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -37,13 +38,15 @@ class Letter:
     """One outbox event as operators see it (``payload`` only when asked for).
 
     ``id`` is the outbox row id, ``msg_id`` the ``webhook-id`` the receiver sees,
-    ``prediction_id`` the job, ``tenant`` its tenant (docs/security.md). Times are
+    ``prediction_id`` the job, ``tenant`` its tenant (docs/security.md); an operator
+    webhook event (docs/webhooks.md, "Operator webhook") has no prediction: None, and the
+    ``default`` tenant. Times are
     timezone-aware UTC.
     """
 
     id: int
     msg_id: str
-    prediction_id: str
+    prediction_id: str | None
     event: str
     status: str
     url: str
@@ -62,7 +65,7 @@ class Letter:
         """A letter from a row of :class:`gateway.store.deadletters.DeadLetterRows`."""
         data = {k: v for k, v in row.items() if k in _FIELDS}
         data["prediction_id"] = row["job_id"]
-        data["tenant"] = row.get("tenant", DEFAULT_TENANT)
+        data["tenant"] = row.get("tenant") or DEFAULT_TENANT
         data["payload"] = json.loads(row["payload"]) if with_payload else None
         return cls(**data)
 
@@ -178,3 +181,36 @@ def _ref(ref: str) -> Ref:
 def _check_window(since: datetime | None, until: datetime | None) -> None:
     if since is not None and until is not None and since >= until:
         raise ContractViolation("since must be earlier than until")
+
+
+_HEADINGS = ("ID", "MSG_ID", "PREDICTION", "EVENT", "TRIES", "CODE", "CREATED", "ERROR")
+
+
+def table(letters: Sequence[Letter], *, tenants: bool = False) -> str:
+    """Dead events as an aligned text table, as ``cutover webhooks list-dead`` prints them
+    (errors cut at 60 characters); ``tenants`` (with ``[[tenants]]``): a TENANT column
+    after the prediction."""
+    rows = [
+        (
+            str(x.id),
+            x.msg_id,
+            x.prediction_id or "-",  # an operator webhook event's (docs/webhooks.md)
+            *((x.tenant,) if tenants else ()),
+            x.event,
+            str(x.attempts),
+            str(x.last_status_code or "-"),
+            x.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _cut(x.last_error or "", 60),
+        )
+        for x in letters
+    ]
+    headings = (*_HEADINGS[:3], "TENANT", *_HEADINGS[3:]) if tenants else _HEADINGS
+    widths = [max(len(r[i]) for r in [headings, *rows]) for i in range(len(headings))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in [headings, *rows]
+    )
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -19,6 +19,10 @@ failed attempt; an SSRF refusal ``dead`` at once. A 410 Gone makes the row ``dea
 disables its URL in ``endpoints``: the URL's other pending rows, and every later event
 for it, go ``dead`` unsent until a replay re-enables it.
 
+Operator webhook events (docs/webhooks.md, "Operator webhook": rows with no job, event
+``operator``, written by :mod:`gateway.store.operatorhook`) go the same way, signed with
+the operator secret, retried like ``completed``, and not ordered among themselves.
+
 A non-terminal row is never sent once the job's ``completed`` event was delivered
 (it becomes ``superseded``), so a replay cannot put a stale snapshot after the final one.
 Claims are leases: on PostgreSQL ``FOR UPDATE SKIP LOCKED``, on SQLite the claim runs in
@@ -73,6 +77,10 @@ class Delivery(Loop):
         From :func:`gateway.webhooks.post.open_session` (owned by the caller).
     signer : signing.Signer or TenantSigners
         Signs each attempt (with its prediction's tenant's secret: docs/security.md).
+    operator_signer : signing.Signer, optional
+        Signs operator webhook events (rows without a prediction, docs/webhooks.md
+        "Operator webhook"): ``[operator_webhook]``'s secret. None (none configured): such
+        a row goes ``dead`` unsent, and says why.
     schedule : retry.Schedule
         Retry delays of ``completed`` events.
     notifier : Notifier
@@ -103,6 +111,7 @@ class Delivery(Loop):
         max_concurrency: int,
         interval_s: float,
         max_per_host: int | None = None,
+        operator_signer: signing.Signer | None = None,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
@@ -113,6 +122,7 @@ class Delivery(Loop):
         self._http = http
         self._signers = signer if isinstance(signer, TenantSigners) else TenantSigners(
             {DEFAULT_TENANT: signer})
+        self._operator_signer = operator_signer
         self._schedule = schedule
         self._max_concurrency = max_concurrency
         self._max_per_host = max_per_host or max_concurrency
@@ -325,14 +335,21 @@ class Delivery(Loop):
     async def attempt(self, row: OutboxRow) -> Decision:
         """POST one leased row, record the outcome, and return the decision."""
         body = row.payload.encode("utf-8")
-        signer = await self._signers.signer_for(row.job_id)
-        now = self._clock.now()
-        headers = signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
-        headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
-        result = await post(self._http, row.url, body, headers)
-        self._posted(row)
-        ended = self._clock.now()
-        decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
+        signer = (await self._signers.signer_for(row.job_id) if row.job_id is not None
+                  else self._operator_signer)
+        if signer is None:  # an operator event, and no [operator_webhook] any more
+            result = Attempt(error="not sent: no [operator_webhook] is configured")
+            self._posted(row)
+            ended = self._clock.now()
+            decision = Decision(DeliveryStatus.DEAD, error=result.error)
+        else:
+            now = self._clock.now()
+            headers = signer.headers(row.msg_id, int(now.timestamp()), body, now=now)
+            headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
+            result = await post(self._http, row.url, body, headers)
+            self._posted(row)
+            ended = self._clock.now()
+            decision = decide(row.event, row.attempts, result, ended, self._schedule, self._rng)
         recorded = await self._record(row, result, decision, ended)
         log_outcome(row, result, decision, recorded)
         if self._metrics is not None:

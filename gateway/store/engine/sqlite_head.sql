@@ -65,32 +65,6 @@ CREATE TABLE provider_events (
 
 CREATE INDEX ix_provider_events_processed_at_id ON provider_events (processed_at, id);
 
-CREATE TABLE outbox (
-	id INTEGER NOT NULL, 
-	msg_id VARCHAR(64) NOT NULL, 
-	job_id VARCHAR(26) NOT NULL, 
-	event VARCHAR(16) NOT NULL, 
-	url TEXT NOT NULL, 
-	payload TEXT NOT NULL, 
-	status VARCHAR(16) NOT NULL, 
-	attempts INTEGER DEFAULT '0' NOT NULL, 
-	created_at DATETIME NOT NULL, 
-	next_attempt_at DATETIME, 
-	last_attempt_at DATETIME, 
-	delivered_at DATETIME, 
-	last_status_code INTEGER, 
-	last_error TEXT, 
-	lease_owner VARCHAR(64), 
-	leased_until DATETIME, 
-	CONSTRAINT pk_outbox PRIMARY KEY (id), 
-	CONSTRAINT uq_outbox_msg_id UNIQUE (msg_id), 
-	CONSTRAINT fk_outbox_job_id_jobs FOREIGN KEY(job_id) REFERENCES jobs (id)
-);
-
-CREATE INDEX ix_outbox_status_next_attempt_at ON outbox (status, next_attempt_at);
-
-CREATE INDEX ix_outbox_job_id_id ON outbox (job_id, id);
-
 CREATE TABLE assets (
 	"key" VARCHAR(512) NOT NULL, 
 	job_id VARCHAR(26) NOT NULL, 
@@ -137,8 +111,6 @@ CREATE TABLE files (
 CREATE INDEX ix_files_owner_created_at_id ON files (owner, created_at, id);
 
 CREATE INDEX ix_files_expires_at ON files (expires_at);
-
-CREATE INDEX ix_outbox_delivered_at ON outbox (delivered_at);
 
 CREATE INDEX ix_jobs_data_removed_completed_at ON jobs (data_removed, completed_at);
 
@@ -196,6 +168,34 @@ CREATE TABLE console_sessions (
 );
 
 CREATE INDEX ix_jobs_tenant_created_at_id ON jobs (tenant, created_at, id);
+
+CREATE TABLE "outbox" (
+	id INTEGER NOT NULL, 
+	msg_id VARCHAR(64) NOT NULL, 
+	job_id VARCHAR(26), 
+	event VARCHAR(16) NOT NULL, 
+	url TEXT NOT NULL, 
+	payload TEXT NOT NULL, 
+	status VARCHAR(16) NOT NULL, 
+	attempts INTEGER DEFAULT '0' NOT NULL, 
+	created_at DATETIME NOT NULL, 
+	next_attempt_at DATETIME, 
+	last_attempt_at DATETIME, 
+	delivered_at DATETIME, 
+	last_status_code INTEGER, 
+	last_error TEXT, 
+	lease_owner VARCHAR(64), 
+	leased_until DATETIME, 
+	CONSTRAINT pk_outbox PRIMARY KEY (id), 
+	CONSTRAINT uq_outbox_msg_id UNIQUE (msg_id), 
+	CONSTRAINT fk_outbox_job_id_jobs FOREIGN KEY(job_id) REFERENCES jobs (id)
+);
+
+CREATE INDEX ix_outbox_status_next_attempt_at ON outbox (status, next_attempt_at);
+
+CREATE INDEX ix_outbox_job_id_id ON outbox (job_id, id);
+
+CREATE INDEX ix_outbox_delivered_at ON outbox (delivered_at);
 
 CREATE TRIGGER jobs_row_version AFTER UPDATE ON jobs FOR EACH ROW WHEN NEW.row_version = OLD.row_version BEGIN UPDATE jobs SET row_version = OLD.row_version + 1 WHERE id = NEW.id; END;
 

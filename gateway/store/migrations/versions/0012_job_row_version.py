@@ -10,14 +10,14 @@ SQLite rebuilds the table and drops the trigger: it must create it again
 (``tests/integration/test_get_current.py`` fails without it).
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
