@@ -16,7 +16,9 @@ processes. Its statements, in order:
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
    token's first waiting jobs by priority and age (a window function), for the fair order
    (:func:`gateway.fairness.fair_order`) to choose from;
-4. the lease of the chosen jobs, returning their rows.
+4. the lease of the chosen jobs, returning their rows (on SQLite one ``UPDATE ... WHERE
+   id IN (...) RETURNING``, the select of the chosen ids inside it: :func:`_lease_in_one`;
+   on PostgreSQL the ids are selected ``FOR UPDATE SKIP LOCKED`` first).
 
 On SQLite the lock-free reader (:mod:`gateway.store.reader`) is asked first whether any
 job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a superset of
@@ -117,6 +119,22 @@ def _head(unsubmitted: list[Any], now: datetime) -> sa.Select[Any]:
     return sa.select(both).limit(SMALL_ROUND + 1)
 
 
+async def _lease_in_one(
+    conn: Connection, due: sa.Select[Any], *, owner: str, until: datetime, **values: Any
+) -> list[sa.Row[Any]]:
+    """SQLite's claim: one ``UPDATE ... WHERE id IN (due) RETURNING``, in no order.
+    ``BEGIN IMMEDIATE`` already holds the file, so there is no row to skip as locked, and
+    the two statements of :func:`gateway.store.lease.claim` (select the ids, then lease
+    them) would lease the same rows."""
+    statement = (
+        jobs.update()
+        .where(jobs.c.id.in_(due.correlate(None).scalar_subquery()))
+        .values(lease_owner=owner, leased_until=until, **values)
+        .returning(*jobs.c)
+    )
+    return list(await conn.execute(statement))
+
+
 class DispatchClaims(lease.Leasing):
     """The dispatcher's claim (see the module docstring)."""
 
@@ -204,12 +222,18 @@ class DispatchClaims(lease.Leasing):
             until = now + self._lease_length
             maybe = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING),
                             else_=SUBMITTING)
-            rows = await lease.claim(
-                conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
-            )
+            if conn.dialect.name == "sqlite":  # the file is held: select and lease in one
+                rows = await _lease_in_one(conn, due, owner=self._owner, until=until,
+                                           raw_status=maybe)
+            else:
+                rows = await lease.claim(
+                    conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
+                )
         self._claimed_tokens = {row.id: (row.provider, row.callback_token) for row in rows}
         found = [_job(row) for row in rows]
-        return found if rank is None else sorted(found, key=lambda job: rank[job.id])
+        if rank is None:
+            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
+        return sorted(found, key=lambda job: rank[job.id])
 
     async def _in_flight(
         self, conn: Connection, provider: str, now: datetime, max_concurrency: int,
