@@ -16,7 +16,9 @@ processes. Its statements, in order:
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
    token's first waiting jobs by priority and age (a window function), for the fair order
    (:func:`gateway.fairness.fair_order`) to choose from;
-4. the lease of the chosen jobs, returning their rows.
+4. the lease of the chosen jobs, returning their rows (on SQLite one ``UPDATE ... WHERE
+   id IN (...) RETURNING``, the select of the chosen ids inside it;
+   on PostgreSQL the ids are selected ``FOR UPDATE SKIP LOCKED`` first).
 
 On SQLite the lock-free reader (:mod:`gateway.store.reader`) is asked first whether any
 job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a superset of
@@ -76,7 +78,10 @@ _ROWS_EVER_SQL = "SELECT max(rowid) FROM jobs"
 _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
 
 
-def _in_flight(provider: str, now: datetime, lost_is_idle: bool) -> sa.Select[Any]:
+def _in_flight(
+    provider: str | sa.BindParameter[str], now: datetime | sa.BindParameter[datetime],
+    lost_is_idle: bool,
+) -> sa.Select[Any]:
     """How many jobs ``provider`` has in flight: submitted and active, or leased for
     dispatch right now (a submit under way in some process). With ``lost_is_idle``
     (``Capabilities.lost_is_idle``), a job the provider said it no longer knows
@@ -102,7 +107,7 @@ def _in_flight(provider: str, now: datetime, lost_is_idle: bool) -> sa.Select[An
     )
 
 
-def _head(unsubmitted: list[Any], now: datetime) -> sa.Select[Any]:
+def _head(unsubmitted: list[Any], now: datetime | sa.BindParameter[datetime]) -> sa.Select[Any]:
     """At most :data:`SMALL_ROUND` + 1 waiting jobs (``unsubmitted`` and due at ``now``),
     in no order: fewer than that are all of them. Due is ``next_attempt_at <= now`` or
     unset: one branch each, so each is a range of the ``(state, next_attempt_at)`` index
@@ -115,6 +120,42 @@ def _head(unsubmitted: list[Any], now: datetime) -> sa.Select[Any]:
         sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at.is_(None)),
     ).subquery()
     return sa.select(both).limit(SMALL_ROUND + 1)
+
+
+# The round's statements, built once: the provider, the time and the chosen ids bound at
+# execution (building them per round was most of the claim's own CPU: docs/benchmarks.md).
+_NOW: sa.BindParameter[datetime] = sa.bindparam("d_now", type_=jobs.c.next_attempt_at.type)
+_PROVIDER: sa.BindParameter[str] = sa.bindparam("d_provider", type_=jobs.c.provider.type)
+_CHOSEN: sa.BindParameter[list[str]] = sa.bindparam("d_chosen", expanding=True)
+_UNSUBMITTED_WHERE = [
+    jobs.c.provider == _PROVIDER,
+    jobs.c.state.in_(_UNSUBMITTED),
+    jobs.c.submitted_at.is_(None),
+    sa.or_(
+        jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # canceled or not: see MAYBE_SUBMITTED
+        sa.and_(
+            jobs.c.cancel_requested_at.is_(None),
+            sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > _NOW),
+        ),
+    ),
+    lease.unleased(jobs, _NOW),
+]
+_WAITING_WHERE = [
+    *_UNSUBMITTED_WHERE,
+    sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= _NOW),
+]
+_HEAD = _head(_UNSUBMITTED_WHERE, _NOW)
+_IN_FLIGHT = {idle: _in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
+_DUE_CHOSEN = sa.select(jobs.c.id).where(jobs.c.id.in_(_CHOSEN), *_WAITING_WHERE)
+_MAYBE = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING), else_=SUBMITTING)
+_LEASE_CHOSEN = (  # SQLite's claim of the chosen jobs (_lease_in_one), built once
+    jobs.update()
+    .where(jobs.c.id.in_(_DUE_CHOSEN.correlate(None).scalar_subquery()))
+    .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
+            leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
+            raw_status=_MAYBE)
+    .returning(*jobs.c)
+)
 
 
 class DispatchClaims(lease.Leasing):
@@ -154,66 +195,56 @@ class DispatchClaims(lease.Leasing):
         now = self._clock.now()
         if self.fast_reads.exists(_MAY_WAIT_SQL, (provider, now, provider)) is False:
             return []  # nothing waiting, by the lock-free reader (the module docstring)
-        unsubmitted = [
-            jobs.c.provider == provider,
-            jobs.c.state.in_(_UNSUBMITTED),
-            jobs.c.submitted_at.is_(None),
-            sa.or_(
-                jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # canceled or not: see above
-                sa.and_(
-                    jobs.c.cancel_requested_at.is_(None),
-                    sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
-                ),
-            ),
-            lease.unleased(jobs, now),
-        ]
-        waiting = [
-            *unsubmitted,
-            sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= now),
-        ]
+        bound = {"d_provider": provider, "d_now": now}
         rank: dict[str, int] | None = None
         async with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
             head = sorted(
                 (Candidate(r.id, r.owner or "", r.priority, r.created_at)
-                 for r in await conn.execute(_head(unsubmitted, now))),
+                 for r in await conn.execute(_HEAD, bound)),
                 key=lambda c: (c.created_at, c.id),
             )
             if not head:
                 return []  # nothing waiting (a round woken by a finished job): no count
-            in_flight = await self._in_flight(conn, provider, now, max_concurrency, lost_is_idle)
+            in_flight = await self._in_flight(conn, bound, max_concurrency, lost_is_idle)
             limit = max_concurrency - in_flight
             if limit <= 0:
                 return []
             all_fit = len(head) <= min(limit, SMALL_ROUND)
+            until = now + self._lease_length
             if order is None and not all_fit:
                 due = (
                     sa.select(jobs.c.id)
-                    .where(*waiting)
+                    .where(*_WAITING_WHERE)
                     .order_by(jobs.c.created_at, jobs.c.id)
                     .limit(limit)
                 )
+                rows = await lease.claim(conn, jobs, due.params(bound), owner=self._owner,
+                                         until=until, raw_status=_MAYBE)
             else:
-                candidates = head if all_fit else await self._candidates(conn, waiting, limit)
+                candidates = head if all_fit else await self._candidates(conn, bound, limit)
                 chosen = candidates if order is None else order(candidates, limit)
                 if not chosen:
                     return []
-                due = sa.select(jobs.c.id).where(jobs.c.id.in_([c.id for c in chosen]), *waiting)
                 rank = {c.id: i for i, c in enumerate(chosen)}
-            until = now + self._lease_length
-            maybe = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING),
-                            else_=SUBMITTING)
-            rows = await lease.claim(
-                conn, jobs, due, owner=self._owner, until=until, raw_status=maybe
-            )
+                chosen_ids = {**bound, "d_chosen": [c.id for c in chosen]}
+                if conn.dialect.name == "sqlite":  # the file is held: select and lease in one
+                    leased = {**chosen_ids, "d_owner": self._owner, "d_until": until}
+                    rows = list(await conn.execute(_LEASE_CHOSEN, leased))
+                else:
+                    rows = await lease.claim(
+                        conn, jobs, _DUE_CHOSEN.params(chosen_ids), owner=self._owner,
+                        until=until, raw_status=_MAYBE,
+                    )
         self._claimed_tokens = {row.id: (row.provider, row.callback_token) for row in rows}
         found = [_job(row) for row in rows]
-        return found if rank is None else sorted(found, key=lambda job: rank[job.id])
+        if rank is None:
+            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
+        return sorted(found, key=lambda job: rank[job.id])
 
     async def _in_flight(
-        self, conn: Connection, provider: str, now: datetime, max_concurrency: int,
-        lost_is_idle: bool,
+        self, conn: Connection, bound: dict[str, Any], max_concurrency: int, lost_is_idle: bool,
     ) -> int:
         """The provider's jobs in flight, or on SQLite a number no smaller when that leaves
         the round at least half of ``max_concurrency`` (the module docstring)."""
@@ -225,10 +256,10 @@ class DispatchClaims(lease.Leasing):
             rows_ever = int(found or 0)
             if rows_ever * 2 <= max_concurrency:
                 return rows_ever
-        return int((await conn.execute(_in_flight(provider, now, lost_is_idle))).scalar_one())
+        return int((await conn.execute(_IN_FLIGHT[lost_is_idle], bound)).scalar_one())
 
     async def _candidates(
-        self, conn: Connection, waiting: list[Any], per_owner: int
+        self, conn: Connection, bound: dict[str, Any], per_owner: int
     ) -> list[Candidate]:
         position = sa.func.row_number().over(
             partition_by=jobs.c.owner,
@@ -239,7 +270,7 @@ class DispatchClaims(lease.Leasing):
                 jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
                 position.label("position"),
             )
-            .where(*waiting)
+            .where(*_WAITING_WHERE)
             .subquery()
         )
         query = (
@@ -248,5 +279,5 @@ class DispatchClaims(lease.Leasing):
             .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
             .limit(max(per_owner * 64, 512))
         )
-        rows = await conn.execute(query)
+        rows = await conn.execute(query, bound)
         return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]

@@ -64,6 +64,26 @@ def _when(next_at: Any, leased_until: Any, now: datetime) -> Any:
     return sa.case((leased_until > now, leased_until), else_=next_at)
 
 
+def _events_query(now: datetime) -> sa.Select[Any]:
+    """:meth:`Due.events` for the engine, built only when SQLite's lock-free reader does not
+    answer (it was built on every call, answered or not: a few dozen SQLAlchemy
+    constructions per event-processor round, docs/benchmarks.md)."""
+    leased = provider_events.c.leased_until
+    earlier = provider_events.alias("earlier")
+    held_back = sa.and_(
+        sa.or_(leased.is_(None), leased <= now),
+        sa.exists().where(
+            earlier.c.job_id == provider_events.c.job_id,
+            earlier.c.id < provider_events.c.id,
+            earlier.c.processed_at.is_(None),
+            earlier.c.leased_until > now,
+        ),
+    )
+    return sa.select(sa.func.min(sa.case((leased > now, leased), else_=now))).where(
+        provider_events.c.processed_at.is_(None), ~held_back
+    )
+
+
 class Due:
     """Next-work times of the background loops, read from the store.
 
@@ -130,23 +150,7 @@ class Due:
         that an earlier leased event of its job holds back (docs/lifecycle.md, "Order of
         a job's provider events") counts from that event's lease end, not now: it kept an
         idle processor going round every ``loop_interval_s`` through a retry's backoff."""
-        leased = provider_events.c.leased_until
-        earlier = provider_events.alias("earlier")
-        held_back = sa.and_(
-            sa.or_(leased.is_(None), leased <= now),
-            sa.exists().where(
-                earlier.c.job_id == provider_events.c.job_id,
-                earlier.c.id < provider_events.c.id,
-                earlier.c.processed_at.is_(None),
-                earlier.c.leased_until > now,
-            ),
-        )
-        return await self._min(
-            lambda: sa.select(sa.func.min(sa.case((leased > now, leased), else_=now))).where(
-                provider_events.c.processed_at.is_(None), ~held_back
-            ),
-            _EVENTS_SQL, (now, now, now, now),
-        )
+        return await self._min(lambda: _events_query(now), _EVENTS_SQL, (now, now, now, now))
 
     async def delivery(self, now: datetime) -> datetime | None:
         """The earliest time a pending outbound webhook is due (or its lease runs out)."""
