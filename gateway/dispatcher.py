@@ -1,7 +1,6 @@
 """The dispatcher: hands committed jobs to their provider, within its concurrency limit.
 
-A job is stored first (state ``creating``) and only then submitted (docs/architecture.md,
-"The data path").
+A job is stored first (``creating``), then submitted (docs/architecture.md, "The data path").
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 
@@ -180,7 +179,7 @@ class Dispatcher(Loop):
         try:
             model_input = await self._stage(provider, job, self._mapped_input(provider, job))
         except (AssetError, MapError) as exc:
-            await self._finalizer.finish_here(job, JobState.FAILED, exc.detail)
+            await self._refused(job, exc.detail)
             return
         request = SubmitRequest(
             job_id=job.id,
@@ -223,6 +222,11 @@ class Dispatcher(Loop):
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
 
+    async def _refused(self, job: Job, detail: str) -> None:
+        if self._shadow_gate is not None:  # a shadow: counted as provider_refused
+            self._shadow_gate.refused(job)
+        await self._finalizer.finish_here(job, JobState.FAILED, detail)
+
     async def _unreached(self, provider: Provider, job: Job, detail: str) -> bool:
         """The submit found no connection to ``provider`` (``detail`` says why: ``cannot
         connect``, ``certificate verify failed: ...``). Once that has lasted its
@@ -251,7 +255,7 @@ class Dispatcher(Loop):
         the provider's webhook settles it or the maximum lifetime ends it (docs/lifecycle.md,
         "The submit window")."""
         if job.raw_status != RESUBMITTING:
-            await self._finalizer.finish_here(job, JobState.FAILED, detail)
+            await self._refused(job, detail)
             return
         log.warning("resubmit_rejected", extra={"job_id": job.id, "error": detail})
         if self._stopped(job):  # nothing the provider would take, nothing to cancel there
@@ -284,8 +288,7 @@ class Dispatcher(Loop):
         return True
 
     def _mapped_input(self, provider: Provider, job: Job) -> dict[str, Any]:
-        """The job's input through the route's input map for ``provider``
-        (docs/translation.md); ``MapError`` fails the job."""
+        """The input through the route's map for ``provider`` (docs/translation.md)."""
         if self._translator is None:
             return job.input
         return self._translator.input(job, provider.name, job.input)
@@ -295,8 +298,7 @@ class Dispatcher(Loop):
         limit = provider.adapter.capabilities.max_inline_input_bytes
         if self._stager is None or limit is None:
             return value
-        staged: dict[str, Any] = await self._stager.stage(job.id, value, limit)
-        return staged
+        return dict(await self._stager.stage(job.id, value, limit))
 
     async def _crashed(self, provider: Provider, job: Job, exc: Exception) -> None:
         context = {"job_id": job.id, "provider": provider.name, "attempt": job.attempts + 1}

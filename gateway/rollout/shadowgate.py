@@ -62,10 +62,25 @@ class ShadowGate:
                 keep.append(job)
             elif await self._fits(job, admitted[job.route]):
                 admitted[job.route] += 1
-                keep.append(job)
+                keep.append(await self._with_input(job))
             else:
                 drop.append(job)
         return keep, drop
+
+    def refused(self, job: Job) -> None:
+        """Count a hidden copy its provider refused at create (a 4xx, or a request the
+        adapter cannot build, e.g. no target): a ``provider_refused`` skip."""
+        if job.arm in HIDDEN_ARMS and self._metrics is not None:
+            self._metrics.shadow_skips.labels(job.route, "provider_refused").inc()
+
+    async def _with_input(self, job: Job) -> Job:
+        """``job`` with its primary's input: a shadow row stores none of its own
+        (:func:`shadow_job`); the dispatcher then prepares it for the shadow's provider
+        exactly as for a live prediction there (maps, then large files staged)."""
+        if job.input or job.shadow_of is None:  # a row written before inputs by reference
+            return job
+        primary = await self._shadows.primary_input(job.shadow_of)
+        return job if primary is None else job.model_copy(update={"input": primary})
 
     async def waited_too_long(self, now: datetime, limit: int) -> list[Job]:
         """Shadows still waiting for their provider (at capacity) longer than their
@@ -141,10 +156,12 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
     """The hidden copy of ``new`` when the route draws one (on the candidate, or on the
     control again for the baseline): no webhook, no idempotency key, its own callback
     token, and :data:`SHADOW_PRIORITY`, so it never takes a provider's slot from a
-    waiting prediction of an app (docs/shadow.md). A drawn primary whose input the policy
-    refuses gets a skip instead: a row born canceled with ``SKIPPED`` and the reason, and
-    no copy of the input (counted by the report, "Skips"). Its ``target`` is the one a live
-    prediction on that provider gets (:func:`~gateway.rollout.router.target_of`)."""
+    waiting prediction of an app (docs/shadow.md). Its input is the primary's, by
+    reference (``shadow_of``): the row stores ``{}`` and the dispatcher reads the primary's
+    input when it submits the shadow, so a 3 MB ``data:`` image is stored once. A drawn
+    primary whose input the policy refuses gets a skip instead: a row born canceled with
+    ``SKIPPED`` and the reason (counted by the report, "Skips"). Its ``target`` is the one a
+    live prediction on that provider gets (:func:`~gateway.rollout.router.target_of`)."""
     spec = routed.spec
     if spec is None or spec.candidate is None:
         return None
@@ -160,7 +177,7 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         route=new.route,
         provider=provider,
         target=target_of(routed.route, provider),  # as a live prediction there is sent
-        input={} if refusal else new.input,  # a skip keeps no copy of the input
+        input={},  # by reference: the primary's row holds the one copy (ShadowGate.split)
         logs=None if refusal else new.logs,
         callback_token=ids.callback_token(),
         deadline=new.deadline,

@@ -153,6 +153,14 @@ class ShadowStore:
             made = int((await conn.execute(shadowed)).scalar_one())
             return made, {error: int(n) for error, n in (await conn.execute(skipped)).all()}
 
+    async def primary_input(self, job_id: str) -> dict[str, Any] | None:
+        """The stored input of primary ``job_id``: the one copy its shadows refer to
+        (docs/shadow.md, "Inputs by reference"); None when gone or removed by retention."""
+        query = sa.select(jobs.c.input, jobs.c.data_removed).where(jobs.c.id == job_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None or row.data_removed else row.input
+
     async def shadows_of(self, job_id: str) -> list[Job]:
         """The shadow jobs of primary ``job_id``."""
         query = sa.select(jobs).where(jobs.c.shadow_of == job_id).order_by(jobs.c.id)

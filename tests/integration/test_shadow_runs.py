@@ -64,7 +64,7 @@ async def test_a_shadow_is_a_hidden_linked_row_on_the_candidate(shadowed):
     assert (primary.arm, primary.provider) == ("control", "fake")
     assert (shadow.arm, shadow.provider, shadow.shadow_of) == ("shadow", "fake2", made["id"])
     assert shadow.webhook is None and shadow.idempotency_key is None
-    assert shadow.input == primary.input
+    assert shadow.input == {} and primary.input == {"prompt": "x", "n": 1}  # by reference
     # hidden from the app: not listed, not readable, not cancellable
     listing = await (await shadowed.client.get("/v1/predictions", headers=shadowed.headers)).json()
     assert [p["id"] for p in listing["results"]] == [made["id"]]

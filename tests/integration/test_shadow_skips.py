@@ -1,7 +1,8 @@
 """Every eligible primary gets a shadow or a recorded skip with its reason (docs/shadow.md,
-"Skips"): a 3 MB ``data:`` input over the default 64 KB policy limit is a skip row (no
-copy of the input), counted in /metrics and in the report's "n shadowed, m skipped"
-line in every format; a report window starting in the future is refused."""
+"Skips"): a 3 MB ``data:`` input goes to the shadow by reference (the shadow row stores
+no copy, the default 64 KB policy limit counts the file as its reference), a policy or
+provider refusal is a skip counted in /metrics and in the report's "n shadowed, m
+skipped" line in every format; a report window starting in the future is refused."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.app import LOOPS
+from gateway.http import keys
 from gateway.rollout.shadowgate import SKIPPED
 from gateway.store.schema import jobs
 from tests.integration.test_route_cli_output import _config, _cutover
@@ -32,11 +35,12 @@ BIG = "data:image/png;base64," + base64.b64encode(b"\x89PNG" + bytes(3 * 1024 * 
 @pytest.fixture
 async def gw(make_gateway: Any) -> GatewayHarness:
     return await make_gateway(
-        providers={"fake": {"kind": "fake", "max_concurrency": 50},
-                   "fake2": {"kind": "fake", "max_concurrency": 50}},
+        providers={"fake": {"kind": "fake", "max_concurrency": 200},
+                   "fake2": {"kind": "fake", "max_concurrency": 200}},
         routes=[{"model": "acme/echo", "version": VERSION, "provider": "fake",
                  "candidate": "fake2", "shadow_percent": 100, "baseline_percent": 0,
-                 "shadow_policy": {"allow_fields": ["prompt", "image"]}}],
+                 "shadow_policy": {"allow_fields": ["prompt", "image"]},
+                 "shadow_budget": {"max_concurrent": 200, "max_per_hour": 1000}}],
         admin={"tokens": [{"name": "ops", "token": ADMIN_TOKEN}]},
     )
 
@@ -46,32 +50,72 @@ async def _report(gw: GatewayHarness, fmt: str, **params: str) -> Any:
                                params={"format": fmt, **params})
 
 
-@pytest.mark.every_backend  # the skip rows and the report's tally are the store's SQL
-async def test_a_3mb_input_over_the_policy_limit_is_a_recorded_skip_never_silent(gw):
-    inputs = [{"prompt": "a", "image": BIG}] * 3 + [{"prompt": "b"}] * 2 + [{"seed": 1}]
-    for data in inputs:  # a file-like body: aiohttp warns about 3 MB of raw bytes
-        body = io.BytesIO(json.dumps({"version": VERSION, "input": data}).encode())
-        response = await gw.client.post("/v1/predictions", data=body, headers={
-            **gw.headers, "Content-Type": "application/json"})
-        assert response.status == 201, await response.text()
+async def _post(gw: GatewayHarness, data: dict[str, Any]) -> None:
+    body = io.BytesIO(json.dumps({"version": VERSION, "input": data}).encode())
+    response = await gw.client.post("/v1/predictions", data=body, headers={  # file-like:
+        **gw.headers, "Content-Type": "application/json"})  # aiohttp warns of 3 MB bytes
+    assert response.status == 201, await response.text()
+
+
+async def _dispatch(gw: GatewayHarness) -> None:
+    """The dispatcher's rounds until it submits nothing more (the fakes never finish, so
+    other loops keep polling and ``settle`` would not end)."""
+    dispatcher = next(loop for loop in gw.app[LOOPS] if loop.name == "dispatcher")
+    for _ in range(20):
+        if await dispatcher.run_once() == 0:
+            return
+    raise AssertionError("the dispatcher still had work after 20 rounds")
+
+
+async def _skips_counted(gw: GatewayHarness) -> dict[str, float]:
+    metrics = await (await gw.client.get("/metrics")).text()
+    return {s.labels["reason"]: s.value
+            for family in text_string_to_metric_families(metrics)
+            for s in family.samples if s.name == "cutover_shadow_skips_total"
+            and s.labels["route"] == ROUTE}
+
+
+@pytest.mark.every_backend  # the stored input sizes and the report's tally are the store's SQL
+async def test_3mb_inputs_are_shadowed_by_reference_and_every_primary_is_accounted(gw):
+    inputs = [{"prompt": f"p{i}", "image": BIG} for i in range(50)]
+    inputs += [{"prompt": f"p{i}"} for i in range(50)] + [{"seed": 1}]
+    for data in inputs:
+        await _post(gw, data)
+    await _dispatch(gw)
+    size = sa.func.length(sa.cast(jobs.c.input, sa.Text))
+    async with gw.store.engine.connect() as conn:
+        hidden = (await conn.execute(sa.select(jobs, size.label("size"))
+                                     .where(jobs.c.arm == "shadow"))).all()
+        primary = (await conn.execute(sa.select(size).where(jobs.c.arm == "control"))).scalars()
+        primary_sizes = sorted(primary, reverse=True)
+    assert len(hidden) == len(inputs)  # one shadow or skip per eligible primary
+    assert max(row.size for row in hidden) < 100  # references, never a copy of 3 MB
+    assert primary_sizes[49] > 3 * 1024 * 1024 > primary_sizes[50]  # the one copy each
+    skips = [row for row in hidden if row.submitted_at is None]
+    assert len(skips) == 1 and skips[0].state == "canceled"
+    assert skips[0].error.startswith(SKIPPED) and skips[0].input == {}
+    reached = [request.input for request in gw.app[keys.PROVIDERS]["fake2"].adapter.submitted]
+    assert sorted(reached, key=str) == sorted(inputs[:-1], key=str)  # each its full input
+    assert await _skips_counted(gw) == {"policy_field": 1}
+    line = "100 shadowed, 1 skipped: 1 policy_field"
+    found = await (await _report(gw, "json")).json()
+    assert found["coverage"] == {"shadowed": 100, "skipped": {"policy_field": 1}}
+    assert f"Shadows: {line}." in await (await _report(gw, "md")).text()
+    assert f'<p id="coverage">Shadows: {line}.</p>' in await (await _report(gw, "html")).text()
+
+
+async def test_a_shadow_its_candidate_refuses_is_a_counted_provider_refused_skip(gw):
+    gw.app[keys.PROVIDERS]["fake2"].adapter.reject = True
+    for i in range(3):
+        await _post(gw, {"prompt": f"p{i}"})
     await gw.settle()
     async with gw.store.engine.connect() as conn:
         hidden = (await conn.execute(sa.select(jobs).where(jobs.c.arm == "shadow"))).all()
-    assert len(hidden) == len(inputs)  # one shadow or skip per eligible primary
-    skips = [row for row in hidden if row.submitted_at is None]
-    assert len(skips) == 4 and all(row.state == "canceled" for row in skips)
-    assert all(row.error.startswith(SKIPPED) and row.input == {} for row in skips)
-    metrics = await (await gw.client.get("/metrics")).text()
-    counted = {s.labels["reason"]: s.value
-               for family in text_string_to_metric_families(metrics)
-               for s in family.samples if s.name == "cutover_shadow_skips_total"
-               and s.labels["route"] == ROUTE}
-    assert counted == {"policy_size": 3, "policy_field": 1}
-    line = "2 shadowed, 4 skipped: 1 policy_field, 3 policy_size"
+    assert [row.state for row in hidden] == ["failed"] * 3
+    assert all("reject=True" in row.error for row in hidden)
+    assert await _skips_counted(gw) == {"provider_refused": 3}
     found = await (await _report(gw, "json")).json()
-    assert found["coverage"] == {"shadowed": 2, "skipped": {"policy_size": 3, "policy_field": 1}}
-    assert f"Shadows: {line}." in await (await _report(gw, "md")).text()
-    assert f'<p id="coverage">Shadows: {line}.</p>' in await (await _report(gw, "html")).text()
+    assert found["coverage"] == {"shadowed": 0, "skipped": {"provider_refused": 3}}
 
 
 async def test_a_report_window_starting_in_the_future_is_a_422(gw):

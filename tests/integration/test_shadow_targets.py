@@ -1,6 +1,8 @@
 """A shadow is sent the target a live prediction on its provider gets (docs/shadow.md):
 an OpenAI-compatible candidate is asked for the candidate's model name, not the
-route's, and after a promote each arm's shadow names its own provider's model."""
+route's, a fal candidate's shadow reaches the candidate's app with the primary's input
+(a file over the policy limit as text goes by reference), and after a promote each
+arm's shadow names its own provider's model."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from gateway.rollout.shadowgate import shadow_job
 from gateway.rollout.spec import RouteSettings
 from gateway.store.records import NewJob
 from tests.support.gateway import GatewayHarness
+from tests.support.upstreams.fal import FAL_TOKEN, FakeFal
 from tests.support.upstreams.openai import OPENAI_TOKEN, FakeOpenAI
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,6 +48,37 @@ async def test_an_openai_candidates_shadow_asks_for_the_candidates_model(
     assert response.status == 201, await response.text()
     await h.settle()
     assert [job.scope for job in openai.jobs.values()] == ["cand-model"]
+
+
+@pytest.fixture
+async def fal(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeFal]:
+    monkeypatch.setenv("CUTOVER_TEST_FAL_KEY", FAL_TOKEN)
+    async with FakeFal(token=FAL_TOKEN) as server:
+        yield server
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_fal_candidates_shadow_reaches_the_candidates_app_with_its_input(
+    backend: str, make_gateway: Any, fal: FakeFal
+) -> None:
+    image = "data:image/png;base64," + "A" * 200_000  # over the policy's 64 KB as text
+    h: GatewayHarness = await make_gateway(
+        providers={"fal": {"kind": "fal", "base_url": fal.url,
+                           "token_env": "CUTOVER_TEST_FAL_KEY",
+                           "jwks_url": f"{fal.url}/.well-known/jwks.json"},
+                   "fake": {"kind": "fake"}},
+        routes=[{"model": "acme/img", "provider": "fake", "candidate": "fal",
+                 "candidate_target": "fal-ai/echo", "shadow_percent": 100,
+                 "baseline_percent": 0,
+                 "shadow_policy": {"allow_fields": ["prompt", "image"]}}],
+    )
+    response = await h.client.post(
+        "/v1/models/acme/img/predictions",
+        json={"input": {"prompt": "hi", "image": image}}, headers=h.headers)
+    assert response.status == 201, await response.text()
+    await h.settle()
+    assert [(job.scope, job.input) for job in fal.jobs.values()] == [
+        ("fal-ai/echo", {"prompt": "hi", "image": image})]
 
 
 def _promoted_route() -> RouteSettings:
