@@ -17,6 +17,7 @@ from contracts.errors import UpstreamRetryable
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot, SubmitRequest
 from gateway.app import _FINALIZER
+from gateway.boundary import Outage
 from tests.support.faults import (
     StoreFaults,
     all_due,
@@ -188,6 +189,10 @@ async def test_fault_08_a_store_outage_logs_once_not_every_round(
     """A database outage is logged once (with its traceback), not once per round."""
     poller = loop_named(gateway, "poller")
     poller._interval_s = 0.01
+    # retried every 10 ms to 50 ms, not the gateway's 1 s .. 10 s backoff: the outage's
+    # rounds, not its pace, are what this test counts (test_outages measures the pace)
+    poller._outage = Outage(poller.name, 0.01, max_s=0.05)
+    poller.max_idle_s = 0.01  # an idle round after the outage comes at once, not in 10 s
     rounds = {"ok": 0}
     run_once = poller.run_once
 
