@@ -280,6 +280,7 @@ async def test_cancel_racing_completion_keeps_the_result(up: GatewayHarness, dri
 async def test_status_stuck_until_the_deadline(up: GatewayHarness, driver: Driver):
     job_id = await create(up, **{"Cancel-After": "5s"})
     await driver.job()
+    up.clock.advance(5.0)  # the gateway's clock past the deadline, not 5 s of waiting
     done = await ends(up, job_id, timeout_s=15.0)
     assert done["status"] in {"canceled", "failed"} and readable(done["error"] or "deadline")
     assert (await up.store.get(job_id)).state in (JobState.CANCELED, JobState.FAILED)
