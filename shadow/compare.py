@@ -28,6 +28,7 @@ from contracts.job import JobState
 from shadow import media, structure
 from shadow.measures import MEASURES
 from shadow.outcome import Outcome, OutputFile, Reader, read_path
+from shadow.text_measures import text_measures
 
 __all__ = [
     "MEASURES",
@@ -318,6 +319,7 @@ class _Pair:
         self.texts = [text_a.strip("\n"), text_b.strip("\n")]
         if self.texts[0] or self.texts[1]:
             self.measures["text"] = media.text_distance(*self.texts)
+            self.measures.update(text_measures(*self.texts))
 
     def _max(self, name: str, value: float) -> None:
         self.measures[name] = max(value, self.measures.get(name, 0.0))
