@@ -26,6 +26,8 @@ def render_md(report: Report) -> str:
         f"# Shadow report: {report.route}",
         "",
         f"**{report.verdict.line}**",
+        *(["", *(f"- Caveat: {caveat}" for caveat in report.verdict.caveats)]
+          if report.verdict.caveats else []),
         "",
         f"Pairs from {since} to {report.generated_at.isoformat()}: {report.pairs} "
         f"control-vs-candidate, {report.baseline_pairs} control-vs-control (baseline).",
