@@ -112,6 +112,7 @@ class PairComparison(BaseModel):
     measures: dict[str, float] = {}
     notes: tuple[str, ...] = ()
     heatmaps: tuple[HeatMap | None, ...] = ()
+    input_excerpt: str = ""  # the input, as :func:`shadow.inputs.input_excerpt` shows it
 
     @property
     def is_contract_break(self) -> bool:

@@ -15,6 +15,7 @@ from html import escape
 
 from shadow.compare import ArmFacts, PairComparison
 from shadow.heatmap import HeatMap
+from shadow.inputs import input_links
 from shadow.model import Mismatch, Report
 from shadow.outcome import OutputFile
 
@@ -56,11 +57,20 @@ def _mismatch(index: int, mismatch: Mismatch, source: ImageSource) -> str:
     return (
         f'<div class="mismatch" id="mismatch-{index}"><h3>{index}. pair '
         f"{escape(pair.pair_id or '(no id)')}</h3><ul>{''.join(lines)}</ul>"
-        f"<p>measures: {measured or 'none'}</p>"
+        f"<p>measures: {measured or 'none'}</p>{_input(pair)}"
         f'<div class="sides">{_side("control", pair.control, source)}'
         f"{_side('candidate', pair.candidate, source)}</div>"
         f"{_heat_maps(pair)}{_text_diff(pair)}</div>"
     )
+
+
+def _input(pair: PairComparison) -> str:
+    if not pair.input_excerpt:
+        return ""
+    links = "".join(f'<li><a href="{escape(url)}">{escape(url)}</a></li>'
+                    for url in input_links(pair.input_excerpt))
+    return (f'<div class="input"><h4>Input</h4>{_folded(pair.input_excerpt, pre=True)}'
+            + (f"<ul>{links}</ul>" if links else "") + "</div>")
 
 
 def _side(name: str, facts: ArmFacts, source: ImageSource) -> str:
@@ -119,11 +129,12 @@ def _text_diff(pair: PairComparison) -> str:
             f'<div class="wdiff">{" ".join(parts)}</div>')
 
 
-def _folded(text: str) -> str:
+def _folded(text: str, *, pre: bool = False) -> str:
+    start, end = ("<pre>", "</pre>") if pre else ("", "")
     if len(text) <= FOLD_CHARS:
-        return escape(text)
-    return (f"{escape(text[:FOLD_CHARS])}… <details><summary>all {len(text)} characters"
-            f"</summary><pre>{escape(text)}</pre></details>")
+        return f"{start}{escape(text)}{end}"
+    return (f"{start}{escape(text[:FOLD_CHARS])}…{end} <details><summary>all {len(text)} "
+            f"characters</summary><pre>{escape(text)}</pre></details>")
 
 
 def _num(value: float | None, missing: str = "-") -> str:

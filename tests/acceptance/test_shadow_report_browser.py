@@ -17,6 +17,7 @@ from PIL import Image
 
 from contracts.job import JobState
 from shadow import compare, report
+from shadow.inputs import input_excerpt
 from shadow.model import Coverage
 from shadow.outcome import Outcome, OutputFile
 from tests.support.browser import chromium
@@ -49,6 +50,9 @@ async def _page(tmp_path: Path) -> str:
     text_pair = await compare.compare(
         _outcome("The quick brown fox jumps over the lazy dog. " * 30),
         _outcome("The quick red fox jumps over the sleepy dog. " * 30), pair_id="p-text")
+    text_pair = text_pair.model_copy(update={"input_excerpt": input_excerpt(
+        {"prompt": "Write about a fox. " * 60, "image": "data:image/png;base64," + "A" * 3000,
+         "style": "https://files.gw.test/style.png"})})
     same = await compare.compare(_outcome("same"), _outcome("same"))
     built = report.build("acme/draw", [image_pair, text_pair] + [same] * 8, [same] * 5,
                          coverage=Coverage(shadowed=10, skipped={"policy_size": 4}))
@@ -94,6 +98,16 @@ def test_the_worst_pairs_render_with_their_heat_map_diff_and_caveats(
             assert all(thumbnails.nth(i).evaluate("img => img.naturalWidth") > 0
                        for i in range(2))
 
+            shown = page.locator(".input").first
+            assert shown.locator("a").first.get_attribute("href") == (
+                "https://files.gw.test/style.png")
+            folded = shown.locator("details")
+            assert not folded.locator("pre").is_visible()
+            folded.locator("summary").click()
+            assert folded.locator("pre").is_visible()
+            assert "<image/png data: URI, 3022 characters>" in folded.inner_text()
+            shown.screenshot(path=str(shots / "input.png"))
+
             diff = page.locator(".wdiff").first
             assert diff.locator("del").first.inner_text().startswith("-brown")
             assert diff.locator("ins").first.inner_text().startswith("+red")
@@ -110,4 +124,5 @@ def test_the_worst_pairs_render_with_their_heat_map_diff_and_caveats(
     assert [url for url in requests if not url.startswith(("file:", "data:"))] == []
     assert not [text for text in console if "Content Security Policy" in text]
     assert {p.name for p in shots.iterdir()} >= {
-        "report.png", "verdict-caveats.png", "image-difference.png", "text-diff.png"}
+        "report.png", "verdict-caveats.png", "image-difference.png", "text-diff.png",
+        "input.png"}

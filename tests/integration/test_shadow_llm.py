@@ -81,6 +81,7 @@ async def test_a_candidate_answering_10_percent_differently_is_reported(
     assert "json_valid" not in reported and "json_keys" not in reported  # plain text
     assert {m["pair"]["pair_id"] is not None for m in report["worst"]} == {True}
     assert all(m["judgement"]["findings"] for m in report["worst"])
+    assert all('"prompt": "say hello ' in m["pair"]["input_excerpt"] for m in report["worst"])
     assert report["verdict"]["decision"] != "promote"
 
 
