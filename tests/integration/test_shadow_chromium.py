@@ -8,7 +8,8 @@ one candidate that answers green). Chromium is driven over the DevTools protocol
 (:mod:`tests.support.cdp`): every request the page makes is recorded, and a screenshot
 is checked pixel by pixel with Pillow inside each plot's and each image's box: the two
 ECDF plots draw in the arms' exact colours, the rate plot draws, and both images show at
-full size, and so does their difference heat map. The page is rendered the same whatever the store, so this runs on SQLite only.
+full size, and so does their difference heat map. The page is rendered the same whatever
+the store, so this runs on SQLite only.
 """
 
 from __future__ import annotations
