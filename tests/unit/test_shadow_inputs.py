@@ -18,3 +18,15 @@ def test_long_inputs_are_cut_and_urls_listed_once_in_order() -> None:
     links = input_excerpt({"a": "https://f.test/1.png", "b": ["http://f.test/2", "https://f.test/1.png"]})
     assert input_links(links) == ("https://f.test/1.png", "http://f.test/2")
     assert input_excerpt(None) == ""
+
+
+def test_the_markdown_report_shows_a_worst_pairs_input() -> None:
+    from shadow import report
+    from tests.unit.test_shadow_report import example_report
+
+    built = example_report()
+    first = built.worst[0]
+    pair = first.pair.model_copy(update={"input_excerpt": input_excerpt({"prompt": "a fox"})})
+    shown = built.model_copy(update={"worst": (first.model_copy(update={"pair": pair}),)})
+    text = report.render(shown, "md")
+    assert '```json\n{\n "prompt": "a fox"\n}\n```' in text
