@@ -26,8 +26,10 @@ from pydantic import BaseModel, ConfigDict
 
 from contracts.job import JobState
 from shadow import media, structure
+from shadow.heatmap import HeatMap, heat_map
 from shadow.measures import MEASURES
 from shadow.outcome import Outcome, OutputFile, Reader, read_path
+from shadow.text_measures import text_measures
 
 __all__ = [
     "MEASURES",
@@ -109,6 +111,8 @@ class PairComparison(BaseModel):
     breaks: tuple[ContractBreak, ...] = ()
     measures: dict[str, float] = {}
     notes: tuple[str, ...] = ()
+    heatmaps: tuple[HeatMap | None, ...] = ()
+    input_excerpt: str = ""  # the input, as :func:`shadow.inputs.input_excerpt` shows it
 
     @property
     def is_contract_break(self) -> bool:
@@ -183,7 +187,9 @@ async def compare(
 
 
 async def add_previews(pair: PairComparison, read: Reader = read_path) -> PairComparison:
-    """The pair with an image thumbnail (PNG ``data:`` URI, <= 256 px) per image file.
+    """The pair with an image thumbnail (PNG ``data:`` URI, <= 256 px) per image file,
+    and a difference :class:`~shadow.heatmap.HeatMap` per position where both arms have
+    an image (``heatmaps``, by file position).
 
     Files that are not images, or cannot be read or decoded, get None.
     """
@@ -192,9 +198,21 @@ async def add_previews(pair: PairComparison, read: Reader = read_path) -> PairCo
         shown = [await _preview(file, read) for file in facts.files]
         return facts.model_copy(update={"previews": tuple(shown)})
 
-    return pair.model_copy(
-        update={"control": await arm(pair.control), "candidate": await arm(pair.candidate)}
-    )
+    maps = [await _heat_map(a, b, read)
+            for a, b in zip(pair.control.files, pair.candidate.files, strict=False)]
+    return pair.model_copy(update={
+        "control": await arm(pair.control), "candidate": await arm(pair.candidate),
+        "heatmaps": tuple(maps),
+    })
+
+
+async def _heat_map(file_a: OutputFile, file_b: OutputFile, read: Reader) -> HeatMap | None:
+    if _content_kind(file_a) != "image" or _content_kind(file_b) != "image":
+        return None
+    try:
+        return await asyncio.to_thread(heat_map, await read(file_a), await read(file_b))
+    except (OSError, media.ImageError):
+        return None
 
 
 async def _preview(file: OutputFile, read: Reader) -> str | None:
@@ -318,6 +336,7 @@ class _Pair:
         self.texts = [text_a.strip("\n"), text_b.strip("\n")]
         if self.texts[0] or self.texts[1]:
             self.measures["text"] = media.text_distance(*self.texts)
+            self.measures.update(text_measures(*self.texts))
 
     def _max(self, name: str, value: float) -> None:
         self.measures[name] = max(value, self.measures.get(name, 0.0))

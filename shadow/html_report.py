@@ -2,25 +2,23 @@
 
 No scripts, no fonts or styles from other hosts: a Content-Security-Policy in the page
 forbids them (``default-src 'none'``), plots are inline SVG (:mod:`shadow.svg`), images
-are ``data:`` URIs or the caller's URLs, text diffs come from :class:`difflib.HtmlDiff`.
+are ``data:`` URIs or the caller's URLs, text diffs are word-level (:mod:`shadow.html_pairs`).
 Order: verdict, contract breaks, agreement, latency, cost, worst mismatches, notes.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
 from html import escape
 
 from shadow import svg
-from shadow.compare import ArmFacts
-from shadow.model import Mismatch, Report
+from shadow.html_pairs import STYLE as PAIRS_STYLE
+from shadow.html_pairs import ImageSource, worst_section
+from shadow.model import Report
 from shadow.noise import Rate
 from shadow.outcome import OutputFile
 
 __all__ = ["render_html"]
 
-ImageSource = Callable[[OutputFile, str | None], str | None]
 
 _CSP = ("default-src 'none'; img-src 'self' data: http: https:; "
         "style-src 'unsafe-inline'")
@@ -43,6 +41,9 @@ pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background:
 table.diff { font-family: monospace; font-size: 12px; }
 .diff_add { background: #aaffaa; } .diff_chg { background: #ffff77; }
 .diff_sub { background: #ffaaaa; } .diff_header { background: #e0e0e0; }
+.caveats { border-left: 4px solid #b26a00; background: #fff4d6; padding: 4px 10px; }
+tr.good td:first-child { color: #1b5e20; font-weight: 600; }
+tr.bad td:first-child { color: #b00020; }
 .mismatch { border-top: 2px solid #888; margin-top: 18px; padding-top: 6px; }
 """
 
@@ -55,21 +56,28 @@ def render_html(report: Report, *, image_src: ImageSource | None = None) -> str:
         f"<h1>{escape(title)}</h1>",
         f'<p class="verdict verdict-{report.verdict.decision}" id="verdict">'
         f"{escape(report.verdict.line)}</p>",
+        _caveats(report),
         _window(report),
         _breaks(report),
         _agreement(report),
         _latency(report),
         _cost(report),
-        _worst(report, source),
+        worst_section(report, source),
         _notes(report),
     ]
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        f"<title>{escape(title)}</title><style>{_STYLE}{PAIRS_STYLE}</style></head>\n<body>\n"
         + "\n".join(part for part in body if part)
         + "\n</body></html>\n"
     )
+
+
+def _caveats(report: Report) -> str:
+    items = "".join(f"<li>{escape(caveat)}</li>" for caveat in report.verdict.caveats)
+    return (f'<div id="caveats" class="caveats" role="note"><b>⚠ Caveats of this verdict'
+            f"</b><ul>{items}</ul></div>" if items else "")
 
 
 def _default_src(file: OutputFile, preview: str | None) -> str | None:
@@ -111,15 +119,16 @@ def _agreement(report: Report) -> str:
             f"<th>{report.thresholds.confidence:.0%} CI</th><th>limit</th>"
             "<th>baseline quantile</th><th>candidate median</th><th>baseline median</th></tr>")
     rows = [
-        f"<tr><td>status agreement</td><td>pairs</td>{_rate_cells(report.status_agreement)}"
-        "<td></td><td></td><td></td><td></td></tr>",
-        f"<tr><td>any reported difference</td><td>pairs</td>{_rate_cells(report.differences)}"
-        "<td></td><td></td><td></td><td></td></tr>",
+        '<tr class="good"><td>✔ status agreement (higher is better)</td><td>pairs</td>'
+        f"{_rate_cells(report.status_agreement)}<td></td><td></td><td></td><td></td></tr>",
+        '<tr class="bad"><td>✘ any reported difference (lower is better)</td><td>pairs</td>'
+        f"{_rate_cells(report.differences)}<td></td><td></td><td></td><td></td></tr>",
     ]
     for summary in report.measures:
         limit = summary.limit
         rows.append(
-            f"<tr><td>{escape(summary.measure)}</td><td>{escape(summary.unit)}</td>"
+            f'<tr class="bad"><td>✘ {escape(summary.measure)} over its limit</td>'
+            f"<td>{escape(summary.unit)}</td>"
             f"{_rate_cells(summary.reported)}"
             f"<td>{_num(limit.limit if limit else None, 'not judged')}</td>"
             f"<td>{_num(limit.baseline_value if limit else None)}</td>"
@@ -169,53 +178,6 @@ def _cost(report: Report) -> str:
     return (f'<section id="cost"><h2>Cost</h2><p>Over {cost.n} pairs: control '
             f"${cost.control_mean_usd:.5f}, candidate ${cost.candidate_mean_usd:.5f} per "
             f"prediction (ratio {_num(cost.ratio)}).</p></section>")
-
-
-def _worst(report: Report, source: ImageSource) -> str:
-    if not report.worst:
-        return '<section id="worst"><h2>Worst mismatches</h2><p>None reported.</p></section>'
-    items = [_mismatch(index, mismatch, source)
-             for index, mismatch in enumerate(report.worst, start=1)]
-    return f'<section id="worst"><h2>Worst mismatches</h2>{"".join(items)}</section>'
-
-
-def _mismatch(index: int, mismatch: Mismatch, source: ImageSource) -> str:
-    judgement, pair = mismatch.judgement, mismatch.pair
-    lines = [f"<li><b>contract break</b> {escape(b.kind)} at <code>{escape(b.path)}</code>: "
-             f"{escape(b.control)} vs {escape(b.candidate)}</li>" for b in judgement.breaks]
-    lines += [f"<li>{escape(f.measure)} {f.value:.4g} over its limit {f.limit:.4g}</li>"
-              for f in judgement.findings]
-    diff = ""
-    if pair.control.text != pair.candidate.text:
-        table = difflib.HtmlDiff(wrapcolumn=70).make_table(
-            pair.control.text.splitlines(), pair.candidate.text.splitlines(),
-            "control", "candidate", context=True, numlines=2,
-        )
-        diff = f"<h4>Text</h4>{table}"
-    return (
-        f'<div class="mismatch" id="mismatch-{index}"><h3>{index}. pair '
-        f"{escape(pair.pair_id or '(no id)')}</h3><ul>{''.join(lines)}</ul>"
-        f'<div class="sides">{_side("control", pair.control, source)}'
-        f"{_side('candidate', pair.candidate, source)}</div>{diff}</div>"
-    )
-
-
-def _side(name: str, facts: ArmFacts, source: ImageSource) -> str:
-    parts = [f'<div class="side side-{name}"><h4>{name}</h4>',
-             f"<p>status {escape(facts.status.value)}, queue {_num(facts.queue_s)} s, "
-             f"run {_num(facts.run_s)} s</p>"]
-    if facts.error:
-        parts.append(f"<p>error ({escape(facts.error_class)}): {escape(facts.error[:500])}</p>")
-    for position, file in enumerate(facts.files):
-        preview = facts.previews[position] if position < len(facts.previews) else None
-        src = source(file, preview) if file.media_type.startswith("image/") else None
-        label = f"{file.media_type}, {file.size_bytes} bytes, sha256 {file.sha256[:12]}"
-        if src:
-            parts.append(f'<img src="{escape(src)}" alt="{escape(name)} file {position}" '
-                         f'title="{escape(label)}">')
-        parts.append(f"<p>files[{position}]: {escape(label)}</p>")
-    parts.append(f"<pre>{escape(facts.output_excerpt)}</pre></div>")
-    return "".join(parts)
 
 
 def _notes(report: Report) -> str:

@@ -26,6 +26,8 @@ def render_md(report: Report) -> str:
         f"# Shadow report: {report.route}",
         "",
         f"**{report.verdict.line}**",
+        *(["", *(f"- Caveat: {caveat}" for caveat in report.verdict.caveats)]
+          if report.verdict.caveats else []),
         "",
         f"Pairs from {since} to {report.generated_at.isoformat()}: {report.pairs} "
         f"control-vs-candidate, {report.baseline_pairs} control-vs-control (baseline).",
@@ -109,6 +111,13 @@ def _mismatch(index: int, mismatch: Mismatch) -> list[str]:
               for b in judgement.breaks]
     lines += [f"- {f.measure} {f.value:.4g} over its limit {f.limit:.4g}"
               for f in judgement.findings]
+    lines += [f"- image difference files[{n}]: largest {h.max_levels} levels, mean "
+              f"{h.mean_levels:.2f} levels" for n, h in enumerate(pair.heatmaps) if h]
+    if pair.input_excerpt:
+        shown_input = pair.input_excerpt[:_INPUT_CHARS]
+        cut = "" if shown_input == pair.input_excerpt else " (cut; the HTML page shows all)"
+        fence = "`" * max(3, 1 + max(map(_backtick_run, shown_input.splitlines() or [""])))
+        lines += ["", f"Input{cut}:", "", f"{fence}json", shown_input, fence]
     lines += ["", "| | control | candidate |", "| --- | --- | --- |",
               f"| status | {_cell(pair.control.status.value)} | "
               f"{_cell(pair.candidate.status.value)} |",
@@ -129,6 +138,10 @@ def _mismatch(index: int, mismatch: Mismatch) -> list[str]:
         fence = "`" * max(3, 1 + max(_backtick_run(line) for line in shown))
         lines += [f"{fence}diff", *shown, fence, ""]
     return lines
+
+
+_INPUT_CHARS = 1_000
+"""Characters of a pair's input shown in Markdown."""
 
 
 def _excerpt(facts: ArmFacts) -> str:

@@ -6,6 +6,8 @@ start-up) can check margin names without importing the comparison itself.
 
 from __future__ import annotations
 
+from shadow.text_measures import TEXT_MEASURES
+
 __all__ = ["MEASURES"]
 
 MEASURES: dict[str, str] = {
@@ -18,5 +20,6 @@ MEASURES: dict[str, str] = {
     "image_size": "largest relative change of width or height (0-1)",
     "image_phash": "largest perceptual-hash distance (bits, 0-64)",
     "image_color": "largest per-channel thumbnail difference (levels, 0-255)",
+    **TEXT_MEASURES,
 }
 """Every drift measure a comparison may carry, with its unit."""

@@ -106,6 +106,11 @@ def compare_images(control: bytes, candidate: bytes) -> ImageComparison:
     )
 
 
+def decode(data: bytes) -> Image.Image:
+    """The first frame as RGB; raises :class:`ImageError` (undecodable, too large, empty)."""
+    return _decode(data)
+
+
 def _decode(data: bytes) -> Image.Image:
     from PIL import Image
 

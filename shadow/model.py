@@ -23,13 +23,16 @@ Decision = Literal["promote", "hold", "block", "no-candidate"]
 
 
 class Verdict(BaseModel):
-    """``decision`` and the one ``line`` to print; ``reasons`` lists every check that failed."""
+    """``decision`` and the one ``line`` to print; ``reasons`` lists every check that failed;
+    ``caveats`` what limits the evidence (a baseline too small, a skipped share, low n),
+    shown with the line, before the details (docs/shadow.md, "The verdict")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     decision: Decision
     line: str
     reasons: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
 
 
 class Latency(BaseModel):

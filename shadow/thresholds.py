@@ -26,6 +26,11 @@ DEFAULT_MARGINS = MappingProxyType({
     "image_size": 0.0,
     "image_phash": 10.0,
     "image_color": 3.0,
+    "text_exact": 0.0,
+    "text_edit": 0.10,
+    "text_length": 0.25,
+    "json_valid": 0.0,
+    "json_keys": 0.0,
 })
 """Per measure, how far above the baseline quantile a value must be to count as a
 difference, in the measure's unit (see :data:`shadow.compare.MEASURES`). None: shown in

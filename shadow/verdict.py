@@ -20,7 +20,7 @@ from __future__ import annotations
 from shadow.model import Decision, Report, Verdict
 from shadow.noise import Rate
 
-__all__ = ["Verdict", "decide"]
+__all__ = ["Verdict", "caveats", "decide"]
 
 def decide(report: Report) -> Verdict:
     """The verdict of a built report (pure; reads only the report)."""
@@ -50,7 +50,29 @@ def decide(report: Report) -> Verdict:
     )
     tail = "; ".join(reasons) if reasons else "every threshold met"
     return Verdict(decision=decision, line=f"{decision.upper()} {summary} - {tail}",
-                   reasons=tuple(reasons))
+                   reasons=tuple(reasons), caveats=caveats(report))
+
+
+def caveats(report: Report) -> tuple[str, ...]:
+    """What limits the evidence of a report, as sentences (empty when nothing does)."""
+    found = []
+    thresholds = report.thresholds
+    if report.baseline_pairs < thresholds.min_baseline_pairs:
+        found.append(
+            f"baseline too small: {report.baseline_pairs} control-vs-control pairs, fewer "
+            f"than {thresholds.min_baseline_pairs}; each measure is held against its margin "
+            "alone, so a nondeterministic model's own noise may be reported")
+    if report.pairs < thresholds.min_pairs:
+        found.append(f"low n: {report.pairs} pairs, fewer than the {thresholds.min_pairs} "
+                     "needed to promote; the intervals are wide")
+    coverage = report.coverage
+    skipped = sum(coverage.skipped.values()) if coverage else 0
+    if coverage and skipped:
+        share = skipped / (skipped + coverage.shadowed)
+        found.append(f"skipped share: {skipped} of {skipped + coverage.shadowed} eligible "
+                     f"primaries ({share:.1%}) got no shadow; the rates cover only the "
+                     "shadowed ones")
+    return tuple(found)
 
 
 def _rate_checks(report: Report) -> tuple[list[str], list[str]]:

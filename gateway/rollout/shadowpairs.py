@@ -98,10 +98,13 @@ class ShadowComparisons:
         control = Outcome.from_job(pair.control, tuple(map(self._file, pair.control_files)))
         other = Outcome.from_job(pair.candidate, tuple(map(self._file, pair.candidate_files)))
         from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
+        from shadow.inputs import input_excerpt
 
         compared = await comparing.compare(
             control, other, read=self._read, pair_id=pair.candidate.id
         )
+        compared = compared.model_copy(
+            update={"input_excerpt": input_excerpt(pair.control.input)})
         return StoredComparison(
             shadow_id=pair.candidate.id, primary_id=pair.control.id, route=route,
             kind=pair.kind, created_at=pair.candidate.created_at,

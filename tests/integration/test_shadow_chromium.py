@@ -8,7 +8,8 @@ one candidate that answers green). Chromium is driven over the DevTools protocol
 (:mod:`tests.support.cdp`): every request the page makes is recorded, and a screenshot
 is checked pixel by pixel with Pillow inside each plot's and each image's box: the two
 ECDF plots draw in the arms' exact colours, the rate plot draws, and both images show at
-full size. The page is rendered the same whatever the store, so this runs on SQLite only.
+full size, and so does their difference heat map. The page is rendered the same whatever
+the store, so this runs on SQLite only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 ROUTE = f"acme/echo:{VERSION}"
 ADMIN_TOKEN = "adm_chromium_test"  # a test value, not a credential
 MAGENTA, GREEN, WHITE = (255, 0, 255), (0, 200, 0), (255, 255, 255)
+HEAT_MAX = (255, 255, 64)  # the heat map's most-different colour (shadow/heatmap.py)
 SIDE_PX = 96
 PAIRS = 12
 
@@ -120,7 +122,9 @@ async def test_the_admin_page_renders_its_plots_and_images_in_chromium(make_gate
         for arm, colour in svg.COLORS.items():
             assert drawn[hex_rgb(colour)] >= 100, f"no {arm} line in the ECDF at {box}"
 
-    assert len(images) == 2 and all(box.loaded for box in images), images
-    for box, colour in zip(images, (MAGENTA, GREEN), strict=True):  # control, candidate
+    # control, candidate, then their difference heat map: every pixel differs fully,
+    # so the map is the top of its scale (yellow) throughout
+    assert len(images) == 3 and all(box.loaded for box in images), images
+    for box, colour in zip(images, (MAGENTA, GREEN, HEAT_MAX), strict=True):
         assert (box.width, box.height) == (SIDE_PX, SIDE_PX), box
         assert pixels_in(shot, box)[colour] >= 0.95 * SIDE_PX * SIDE_PX, f"blank image {box}"

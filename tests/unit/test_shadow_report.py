@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shadow import report
+from shadow import report, verdict
 from shadow.compare import ArmFacts, ContractBreak, PairComparison
+from shadow.model import Coverage
 from shadow.outcome import OutputFile
 from shadow.thresholds import Thresholds
 
@@ -128,7 +129,7 @@ def test_html_is_offline_escaped_and_ordered():
     order = [page.index(f'id="{section}"') for section in
              ("verdict", "contract-breaks", "agreement", "latency", "worst")]
     assert order == sorted(order)
-    assert page.count("<svg") == 3 and 'class="diff"' in page
+    assert page.count("<svg") == 3 and 'class="wdiff"' in page and "<del" in page
     assert '<img src="https://gw.test/a.png"' in page
 
 
@@ -182,3 +183,23 @@ def test_a_route_without_a_candidate_has_nothing_to_compare():
     assert report.Report.model_validate_json(report.render(built, "json")) == built
     assert "NO CANDIDATE" in report.render(built, "md")
     assert "verdict-no-candidate" in report.render(built, "html")
+
+
+def test_the_verdict_states_its_caveats_before_the_details():
+    small = example_report().model_copy(update={
+        "baseline_pairs": 3, "coverage": Coverage(shadowed=30, skipped={"policy_size": 10})})
+    assert [c.split(":")[0] for c in verdict.caveats(small)] == [
+        "baseline too small", "low n", "skipped share"]
+    assert "10 of 40 eligible primaries (25.0%)" in verdict.caveats(small)[2]
+    built = small.model_copy(update={"verdict": verdict.decide(small)})
+    page = report.render(built, "html")
+    assert page.index('id="verdict"') < page.index('id="caveats"') < page.index(
+        'id="contract-breaks"')
+    text = report.render(built, "md")
+    assert text.index("Caveat: baseline too small") < text.index("## Contract breaks")
+
+
+def test_good_and_bad_shares_are_marked_by_class_and_by_text():
+    page = report.render(example_report(), "html")
+    assert '<tr class="good"><td>✔ status agreement (higher is better)' in page
+    assert '<tr class="bad"><td>✘ any reported difference (lower is better)' in page

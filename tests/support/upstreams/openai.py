@@ -5,6 +5,8 @@ Each call is a job of the base class while it is held. The answer is the prompt
 upper-cased, one word per streamed chunk. With ``max_tokens`` in the request the answer
 is that many ``"tok "`` chunks, 0.1 s apart (a long call to cancel). A job the test
 ``fail``\\ s answers 500; :attr:`gate` (if set) holds every answer until it opens.
+:attr:`FakeOpenAI.rewrite` (if set) maps a prompt to the text to answer instead (a model
+that answers some prompts differently, for shadow tests).
 
 Stream faults, as real servers produce them (docs/providers.md, "OpenAI-compatible"):
 :attr:`FakeOpenAI.stream_end` ``"eof"`` ends a stream after its ``finish_reason`` chunk
@@ -19,6 +21,7 @@ import asyncio
 import base64
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -57,6 +60,7 @@ class FakeOpenAI(FakeUpstream):
         self.closed_early = 0  # calls whose client went away before the answer ended
         self.stream_end = "done"  # "done": [DONE] last; "eof": the finish_reason chunk last
         self.stream_error: str | None = None  # raw events sent after the first chunk
+        self.rewrite: Callable[[str], str] | None = None  # prompt -> the text to answer
 
     def routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/chat/completions", self._chat)
@@ -94,6 +98,8 @@ class FakeOpenAI(FakeUpstream):
         if answer is not None:
             return answer
         assert job is not None
+        if self.rewrite is not None:
+            job.input["prompt"] = self.rewrite(str(job.input["prompt"]))
         words = _words(job, body)
         if not body.get("stream"):
             text = "".join(words)
