@@ -42,6 +42,7 @@ from gateway.config.envnames import ignored_environment
 from gateway.legacy import importcli
 from gateway.rollout import cli as routecli
 from gateway.rollout import drift as routedrift
+from gateway.rollout import remote
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.engine import db
 from gateway.validation import schema_problem, schema_unknown
@@ -125,16 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser = _parser()
         args = parser.parse_args(argv)
-    if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (
-        args.since is None
-    ):
-        parser.error("webhooks replay takes an ID or --since, exactly one of them "
-                     "(an ID: one event; --since: a time range)")
-    if (args.command in _ON_THE_STORE and args.config is None
-            and not os.environ.get("CUTOVER_GATEWAY__DATABASE_URL")):
-        parser.error(f"'cutover {args.command}' works on the gateway's database: give its "
-                     "configuration with --config FILE (or $CUTOVER_CONFIG); without one "
-                     "it would create and use ./cutover.db")
+    if args.command in ("routes", "shadow") and args.url:  # the admin API: no store, no config
+        return remote.main(args)
+    _check_usage(parser, args)
     logs.configure(args.log_level or "INFO")
     try:
         settings = load_settings(args.config)
@@ -153,6 +147,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CutoverError as exc:  # ConfigurationError above all: one line, not a traceback
         print(f"cutover: {exc.detail}", file=sys.stderr)
         return 2
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors the parser cannot see (exit 2)."""
+    if args.command in ("routes", "shadow") and (args.admin_token_env or args.ca_file):
+        parser.error("--admin-token-env and --ca-file go with --url (the admin API of a "
+                     "running gateway)")
+    if args.command == "webhooks" and args.action == "replay" and (args.id is None) == (
+        args.since is None
+    ):
+        parser.error("webhooks replay takes an ID or --since, exactly one of them "
+                     "(an ID: one event; --since: a time range)")
+    if (args.command in _ON_THE_STORE and args.config is None
+            and not os.environ.get("CUTOVER_GATEWAY__DATABASE_URL")):
+        parser.error(f"'cutover {args.command}' works on the gateway's database: give its "
+                     "configuration with --config FILE (or $CUTOVER_CONFIG); without one "
+                     "it would create and use ./cutover.db")
 
 
 def _routes(settings: Settings, args: argparse.Namespace) -> int:

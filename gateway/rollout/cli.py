@@ -39,7 +39,11 @@ from typing import Any
 from contracts.errors import CutoverError
 from gateway import assembly
 from gateway.config import Settings
+from gateway.rollout import remote
 from gateway.rollout.control import RouteControl, reason_problem
+from gateway.rollout.printers import listing as _listing
+from gateway.rollout.printers import show as _show
+from gateway.rollout.printers import summary as _summary
 from gateway.rollout.router import Router
 from gateway.rollout.shadowpairs import ShadowComparisons, report_since
 from gateway.rollout.sync import seed
@@ -64,6 +68,7 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
     def common(command: argparse.ArgumentParser) -> Any:
         command.add_argument("-v", "--verbose", action="store_true",
                              help="also log info lines (migrations, seeding) to stderr")
+        remote.add_options(command)
         return shared(command)
 
     routes = sub.add_parser("routes", help="list, show and change routes (canary, shadow)")
@@ -88,6 +93,13 @@ def add_commands(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> 
     mapping.add_argument("--input", help="the input map, a jq program")
     mapping.add_argument("--output", help="the output map, a jq program")
     mapping.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
+    change = common(actions.add_parser(
+        "change", help="any route fields: guard thresholds, shadow policy and budget, "
+        "candidate, caller key (as PATCH /admin/routes/ROUTE)"))
+    change.add_argument("route")
+    change.add_argument("--set", action="append", required=True, metavar="FIELD=VALUE",
+                        help="a field and its value (JSON, or text); repeat for more")
+    change.add_argument("--reason", required=True, type=_reason, help=REASON_HELP)
     dryrun.add_command(actions, common)
     for name, text in (
         ("rollback", "canary back to 0"),
@@ -161,6 +173,9 @@ async def _act(control: RouteControl, args: argparse.Namespace) -> int:
             entry = await control.set_canary(args.route, args.percent, who=WHO, reason=args.reason)
         elif args.action == "set-shadow":
             entry = await control.set_shadow(args.route, args.percent, who=WHO, reason=args.reason)
+        elif args.action == "change":
+            entry = await control.change(args.route, remote.parse_changes(args.set), who=WHO,
+                                         reason=args.reason)
         elif args.action == "set-map":
             entry = await control.set_map(args.route, args.provider, input_map=args.input,
                                           output_map=args.output, who=WHO, reason=args.reason)
@@ -186,80 +201,3 @@ async def _report(control: RouteControl, pairs: ShadowComparisons, args: Any) ->
     else:
         print(text)
     return 0
-
-
-def _pct(value: float) -> str:
-    return f"{value:g}%"
-
-
-def _summary(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
-    if before is None:
-        return "seeded"
-    moved = [f"{k} {_text(before.get(k))} -> {_text(after[k])}"
-             for k in after if before.get(k) != after[k]]
-    return "; ".join(moved) or "no change"
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def _listing(rows: list[dict[str, Any]]) -> str:
-    head = ("ROUTE", "CONTROL", "CANDIDATE", "CANARY", "SHADOW", "GUARD")
-    table: list[tuple[str, ...]] = [head] + [
-        (r["route"], r["spec"]["provider"], r["spec"]["candidate"] or "-",
-         _pct(r["spec"]["canary_percent"]), _pct(r["spec"]["shadow_percent"]),
-         "on" if r["spec"]["guard"] else "off")
-        for r in rows
-    ]
-    return _aligned(table)
-
-
-def _aligned(table: list[tuple[str, ...]]) -> str:
-    """Rows of cells as text columns, each as wide as its widest cell, two spaces apart."""
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in table)
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
-
-
-def _maps(maps: dict[str, Any]) -> list[str]:
-    """``maps        PROVIDER input: JQ`` lines (docs/translation.md), or ``maps  none``."""
-    lines = [f"maps        {provider} {side}: {programs[side]}"
-             for provider, programs in sorted(maps.items())
-             for side in ("input", "output") if programs.get(side) is not None]
-    return lines or ["maps        none"]
-
-
-def _show(shown: dict[str, Any]) -> str:
-    spec = shown["spec"]
-    lines = [
-        f"route       {shown['route']}",
-        f"control     {spec['provider']}",
-        f"candidate   {spec['candidate'] or '-'}",
-        f"canary      {_pct(spec['canary_percent'])} (caller key: {spec['caller_key']})",
-        f"shadow      {_pct(spec['shadow_percent'])}",
-        f"guard       {_text(spec['guard']) if spec['guard'] else 'off'}"
-        f"{' (paused)' if spec.get('guard_paused') else ''}",
-        *_maps(spec.get("maps") or {}),
-        "",
-    ]
-    arms: list[tuple[str, ...]] = [
-        (f"since {shown.get('since') or '-'}", "ARM", "PROVIDER", "COUNT", "FAILED", "STUCK",
-         "ERROR", "P50", "P95")
-    ]
-    for arm, s in shown["arms"].items():
-        rate = "-" if s["error_rate"] is None else f"{s['error_rate']:.1%}"
-        arms.append(("", arm, s["provider"], str(s["count"]), str(s["failed"]),
-                     str(s["stuck"]), rate,
-                     _ms(s["p50_s"]), _ms(s["p95_s"])))
-    lines += [_aligned(arms), "", "changes (newest first):"]
-    for c in shown["changes"]:
-        lines.append(f"  #{c['id']} {c['at']} {c['who']} {c['action']}: "
-                     f"{_summary(c['before'], c['after'])}; reason: {c['reason']}")
-    return "\n".join(lines)
