@@ -88,6 +88,7 @@ async def _route_context(request: web.Request, key: str) -> dict[str, Any]:
                      "failed": s["failed"], "stuck": s["stuck"], "rate": views.pct(s["error_rate"]),
                      "p50": views.ms(s["p50_s"]), "p95": views.ms(s["p95_s"])})
     return {"route": key, "spec": shown["spec"], "window_s": shown["window_s"], "arms": arms,
+            "since": shown.get("since"),
             "guard": views.guard_view(shown), "changes": [_change(c) for c in shown["changes"]]}
 
 
