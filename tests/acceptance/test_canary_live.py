@@ -270,7 +270,8 @@ def test_shadow_pairs_report_the_candidates_difference_and_nothing_else(stack: S
     assert (report["pairs"], report["baseline_pairs"]) == (candidates, len(made) - candidates)
     assert report["contract_breaks"]["count"] == 0
     assert report["differences"]["count"] == candidates  # the trailing "!" in every pair
-    assert {m["measure"] for m in report["measures"] if m["reported"]["count"]} == {"text"}
+    reported = {m["measure"] for m in report["measures"] if m["reported"]["count"]}
+    assert reported == {"text", "text_exact"}  # a changed text: its similarity, exact match
     page = stack.admin("GET", f"/routes/{ROUTE}/shadow-report")
     assert page.headers["content-type"].startswith("text/html")
     stack.cli("set-shadow", ROUTE, "0", "--reason", "enough")
