@@ -188,6 +188,7 @@ async def test_fault_08_a_store_outage_logs_once_not_every_round(
     """A database outage is logged once (with its traceback), not once per round."""
     poller = loop_named(gateway, "poller")
     poller._interval_s = 0.01
+    poller.max_idle_s = 0.01  # the rounds after the outage: not 10 s apart (loop_max_idle_s)
     rounds = {"ok": 0}
     run_once = poller.run_once
 
