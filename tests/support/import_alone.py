@@ -82,12 +82,15 @@ def _report(read_end: int, status: int) -> str:
 
 
 def _in_child(work: object, *args: str) -> str:
-    """Run ``work(*args)`` in a forked child and return its report (read before the wait:
-    it may be longer than a pipe's buffer)."""
+    """Run ``work(*args)`` in a forked child and return what it printed (read before the
+    wait: it may be longer than a pipe's buffer); raises RuntimeError if the work raised."""
     pid, read_end = _spawn(work, *args)
     with os.fdopen(read_end, "rb") as pipe:
         out = pipe.read().decode(errors="replace")
-    return _outcome(out, os.waitpid(pid, 0)[1])
+    status = os.waitpid(pid, 0)[1]
+    if os.waitstatus_to_exitcode(status) != 0:  # the work itself is broken: say so, loudly
+        raise RuntimeError(f"{getattr(work, '__name__', work)} failed in its child:\n{out}")
+    return out
 
 
 def _each_in_a_child(names: list[str], at_once: int) -> dict[str, str]:
@@ -107,7 +110,7 @@ def _each_in_a_child(names: list[str], at_once: int) -> dict[str, str]:
     return results
 
 
-def _third_party(names: list[str]) -> str:
+def _third_party(*names: str) -> str:
     """Every module outside the project that importing ``names`` loads, in import order."""
     for name in names:
         try:

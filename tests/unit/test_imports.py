@@ -9,6 +9,7 @@ the interpreter runs once per test module and each module's result is its own te
 from __future__ import annotations
 
 import json
+import os
 import pkgutil
 import subprocess
 import sys
@@ -104,3 +105,25 @@ def test_a_module_that_fails_alone_is_named(kind: str, tmp_path: Path):
     assert answers["probe"] == ""
     assert answers[failing] != "", answers
     assert answers.get("probe.b", "") == ""
+
+
+def test_the_third_party_libraries_are_imported_before_the_children_fork(tmp_path: Path):
+    # The libraries the named modules pull in are learnt in one throwaway child, then
+    # imported by the interpreter itself before it forks, so no module's child imports
+    # them again (it did once: then each child paid for aiohttp, SQLAlchemy and the rest).
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "__init__.py").write_text("")
+    for name in ("one", "two", "three"):
+        (tmp_path / "probe" / f"{name}.py").write_text("import countedlib\n")
+    (tmp_path / "countedlib.py").write_text(
+        "import os\nwith open(os.environ['COUNTED'], 'a') as f:\n    f.write('x')\n")
+    counted = tmp_path / "imports.txt"
+    result = subprocess.run(
+        [sys.executable, "-W", "error", str(SCRIPT), "probe", "probe.one", "probe.two",
+         "probe.three"],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "COUNTED": str(counted)},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert set(json.loads(result.stdout).values()) == {""}
+    assert counted.read_text() == "xx"  # the learning child, the interpreter: no child
