@@ -25,49 +25,9 @@ __all__ = ["DEFAULT_MAX_BYTES", "CurrentBodies", "FinishedBodies"]
 DEFAULT_MAX_BYTES = 32 * 2**20
 
 
-class FinishedBodies:
-    """An LRU map from prediction id to the JSON bytes of the finished prediction.
-
-    Parameters
-    ----------
-    max_bytes : int
-        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
-    """
-
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._bodies: OrderedDict[str, bytes] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._bodies)
-
-    def get(self, job_id: str) -> bytes | None:
-        """The kept body of ``job_id``, or None."""
-        body = self._bodies.get(job_id)
-        if body is not None:
-            self._bodies.move_to_end(job_id)
-        return body
-
-    def put(self, job_id: str, body: bytes) -> None:
-        """Keep ``body`` as the finished prediction ``job_id``'s JSON."""
-        if len(body) > self._max_bytes or job_id in self._bodies:
-            return
-        self._bodies[job_id] = body
-        self._bytes += len(body)
-        while self._bytes > self._max_bytes:
-            _, dropped = self._bodies.popitem(last=False)
-            self._bytes -= len(dropped)
-
-
-class CurrentBodies:
-    """An LRU map from prediction id to ``(row version, JSON bytes)`` of its state then.
-
-    Parameters
-    ----------
-    max_bytes : int
-        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
-    """
+class _BoundedBodies:
+    """An LRU map from prediction id to ``(tag, JSON bytes)``, bounded by the bytes it
+    holds (``max_bytes``; a body larger than that is not kept)."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._max_bytes = max_bytes
@@ -76,6 +36,55 @@ class CurrentBodies:
 
     def __len__(self) -> int:
         return len(self._bodies)
+
+    def _get(self, job_id: str) -> tuple[Hashable, bytes] | None:
+        kept = self._bodies.get(job_id)
+        if kept is not None:
+            self._bodies.move_to_end(job_id)
+        return kept
+
+    def _put(self, job_id: str, tag: Hashable, body: bytes) -> None:
+        old = self._bodies.pop(job_id, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+        if len(body) > self._max_bytes:
+            return
+        self._bodies[job_id] = (tag, body)
+        self._bytes += len(body)
+        while self._bytes > self._max_bytes:
+            _, (_, dropped) = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+class FinishedBodies(_BoundedBodies):
+    """An LRU map from prediction id to the JSON bytes of the finished prediction.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
+    """
+
+    def get(self, job_id: str) -> bytes | None:
+        """The kept body of ``job_id``, or None."""
+        kept = self._get(job_id)
+        return None if kept is None else kept[1]
+
+    def put(self, job_id: str, body: bytes) -> None:
+        """Keep ``body`` as the finished prediction ``job_id``'s JSON (a finished
+        prediction's body never changes: one already kept stays)."""
+        if job_id not in self._bodies:
+            self._put(job_id, None, body)
+
+
+class CurrentBodies(_BoundedBodies):
+    """An LRU map from prediction id to ``(row version, JSON bytes)`` of its state then.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Upper bound of the bytes held, in bytes; a body larger than this is not kept.
+    """
 
     def get(self, job_id: str, version: Hashable) -> bytes | None:
         """The body kept for ``job_id`` if it was made from row version ``version``."""
@@ -88,13 +97,4 @@ class CurrentBodies:
     def put(self, job_id: str, version: Hashable, body: bytes) -> None:
         """Keep ``body`` as ``job_id``'s JSON at row version ``version`` (replacing an
         older one)."""
-        old = self._bodies.pop(job_id, None)
-        if old is not None:
-            self._bytes -= len(old[1])
-        if len(body) > self._max_bytes:
-            return
-        self._bodies[job_id] = (version, body)
-        self._bytes += len(body)
-        while self._bytes > self._max_bytes:
-            _, (_, dropped) = self._bodies.popitem(last=False)
-            self._bytes -= len(dropped)
+        self._put(job_id, version, body)
