@@ -44,6 +44,7 @@ table.diff { font-family: monospace; font-size: 12px; }
 .caveats { border-left: 4px solid #b26a00; background: #fff4d6; padding: 4px 10px; }
 tr.good td:first-child { color: #1b5e20; font-weight: 600; }
 tr.bad td:first-child { color: #b00020; }
+tr.clear td:first-child { color: #555; }
 .mismatch { border-top: 2px solid #888; margin-top: 18px; padding-top: 6px; }
 """
 
@@ -126,8 +127,12 @@ def _agreement(report: Report) -> str:
     ]
     for summary in report.measures:
         limit = summary.limit
+        # a bad share is drawn as bad only when it holds pairs: a measure no pair
+        # exceeded is not a failure (the "lower is better" row above says which way)
+        over = summary.reported.count > 0
+        mark = '<tr class="bad"><td>✘ ' if over else '<tr class="clear"><td>· '
         rows.append(
-            f'<tr class="bad"><td>✘ {escape(summary.measure)} over its limit</td>'
+            f'{mark}{escape(summary.measure)} over its limit</td>'
             f"<td>{escape(summary.unit)}</td>"
             f"{_rate_cells(summary.reported)}"
             f"<td>{_num(limit.limit if limit else None, 'not judged')}</td>"
