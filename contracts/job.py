@@ -139,3 +139,4 @@ class Job(BaseModel):
     arm: str = "control"
     shadow_of: str | None = None
     adopted: bool = False  # started at the legacy provider, adopted on first sight
+    replay_id: str | None = None  # the replay that made this shadow (docs/cutover-day.md)

@@ -322,7 +322,8 @@ def build_loops(app: web.Application) -> list[Loop]:
         Watcher(store=app[keys.STORE], notifier=app[keys.NOTIFIER], interval_s=0.25,
                 clock=app[keys.CLOCK]),
         assembly.retention_loop(app, RetentionStore(app[_ENGINE])),
-        *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s),
+        *app[keys.ROUTES].loops(guard_interval_s=gw.guard_interval_s, owner=app[OWNER],
+                                lease_s=gw.lease_s, interval_s=gw.loop_interval_s),
     ]
     _schedule(app, loops)
     return loops
@@ -346,7 +347,7 @@ def _schedule(app: web.Application, loops: list[Loop]) -> None:
     }
     for loop in loops:
         loop.max_idle_s = max(gw.loop_max_idle_s, gw.loop_interval_s)
-        loop.next_due = next_due.get(loop.name)
+        loop.next_due = next_due.get(loop.name, loop.next_due)  # or the loop's own
 
 
 def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:

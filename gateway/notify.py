@@ -31,6 +31,7 @@ class LoopName(StrEnum):
     WATCHER = "watcher"
     GUARD = "guard"
     ROUTES = "routes"
+    REPLAY = "replay"
     RETENTION = "retention"
 
 

@@ -52,7 +52,7 @@ tr.clear td:first-child { color: #555; }
 def render_html(report: Report, *, image_src: ImageSource | None = None) -> str:
     """The whole page, UTF-8 text; ``image_src`` as in :func:`shadow.report.render`."""
     source = image_src or _default_src
-    title = f"Shadow report: {report.route}"
+    title = f"Shadow report{' (replay)' if report.replay else ''}: {report.route}"
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="verdict verdict-{report.verdict.decision}" id="verdict">'
@@ -91,7 +91,10 @@ def _default_src(file: OutputFile, preview: str | None) -> str | None:
 
 def _window(report: Report) -> str:
     since = report.since.isoformat() if report.since else "the first pair"
-    return (f"<p>Pairs from {escape(since)} to {escape(report.generated_at.isoformat())}: "
+    replayed = (f'<p id="replay">This report is a {escape(report.replay.line)}.</p>'
+                if report.replay else "")
+    until = escape(report.generated_at.isoformat())
+    return (replayed + f"<p>Pairs from {escape(since)} to {until}: "
             f"{report.pairs} control-vs-candidate, {report.baseline_pairs} control-vs-control "
             "(baseline).</p>"
             + (f'<p id="coverage">Shadows: {escape(report.coverage.line)}.</p>'

@@ -23,8 +23,9 @@ def render_md(report: Report) -> str:
     """The whole report as GitHub-flavoured Markdown text."""
     since = report.since.isoformat() if report.since else "the first pair"
     lines = [
-        f"# Shadow report: {report.route}",
+        f"# Shadow report{' (replay)' if report.replay else ''}: {report.route}",
         "",
+        *([f"This report is a {report.replay.line}.", ""] if report.replay else []),
         f"**{report.verdict.line}**",
         *(["", *(f"- Caveat: {caveat}" for caveat in report.verdict.caveats)]
           if report.verdict.caveats else []),

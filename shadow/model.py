@@ -15,8 +15,8 @@ from shadow.compare import PairComparison
 from shadow.thresholds import Thresholds
 
 __all__ = [
-    "CostSummary", "Coverage", "Decision", "Latency", "MeasureSummary", "Mismatch", "Report",
-    "Verdict",
+    "CostSummary", "Coverage", "Decision", "Latency", "MeasureSummary", "Mismatch", "Replay",
+    "Report", "Verdict",
 ]
 
 Decision = Literal["promote", "hold", "block", "no-candidate"]
@@ -93,6 +93,34 @@ class Coverage(BaseModel):
         return f"{self.shadowed} shadowed, {total} skipped" + (f": {reasons}" if reasons else "")
 
 
+class Replay(BaseModel):
+    """The replay a report's pairs came from (docs/cutover-day.md, "Replaying recorded
+    inputs"): its id and state, the window of recorded inputs (``since`` .. ``until``),
+    how many it took (``inputs``), sent and skipped (refused by the shadow policy), and
+    the share also sent to the control again (``baseline_percent``). None in a report
+    of live traffic."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    state: str
+    since: AwareDatetime | None
+    until: AwareDatetime
+    inputs: int
+    sent: int
+    skipped: int
+    baseline_percent: float
+
+    @property
+    def line(self) -> str:
+        """``replay ID (state) of recorded inputs from T to U: n inputs, ...``."""
+        since = self.since.isoformat() if self.since else "the first one"
+        return (f"replay {self.id} ({self.state}) of recorded inputs from {since} to "
+                f"{self.until.isoformat()}: {self.inputs} inputs, {self.sent} sent, "
+                f"{self.skipped} skipped by the shadow policy, {self.baseline_percent:g}% "
+                "also to the control for the baseline")
+
+
 class Mismatch(BaseModel):
     """A reported pair, with everything needed to show both sides."""
 
@@ -126,3 +154,4 @@ class Report(BaseModel):
     verdict: Verdict
     notes: tuple[str, ...]
     coverage: Coverage | None = None
+    replay: Replay | None = None

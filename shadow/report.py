@@ -23,6 +23,7 @@ from shadow.model import (
     Latency,
     MeasureSummary,
     Mismatch,
+    Replay,
     Report,
     Verdict,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "Latency",
     "MeasureSummary",
     "Mismatch",
+    "Replay",
     "Report",
     "build",
     "render",
@@ -62,6 +64,7 @@ def build(
     worst: int = 10,
     has_candidate: bool = True,
     coverage: Coverage | None = None,
+    replay: Replay | None = None,
 ) -> Report:
     """Aggregate control-vs-candidate pairs against control-vs-control ones.
 
@@ -84,6 +87,8 @@ def build(
         False when the route has no candidate provider: the verdict is ``no-candidate``.
     coverage : Coverage or None
         Shadows made and skipped in the window (the store's count), shown as is.
+    replay : Replay or None
+        The replay the pairs came from; the report's title and window say so.
     """
     thresholds = thresholds or Thresholds()
     given = list(pairs)
@@ -120,6 +125,7 @@ def build(
         verdict=Verdict(decision="hold", line=""),
         notes=_notes(base, thresholds, canceled=len(given) - len(found)),
         coverage=coverage,
+        replay=replay,
     )
     return report.model_copy(update={"verdict": verdict.decide(report)})
 

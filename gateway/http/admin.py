@@ -37,7 +37,7 @@ from contracts.auth import bearer_token
 from contracts.errors import ContractViolation, Forbidden, Unauthenticated
 from contracts.times import parse_time
 from gateway.config import AdminSettings
-from gateway.http import console, keys
+from gateway.http import console, keys, replays
 from gateway.http import routes as route_admin
 from gateway.http.admintokens import IDENTITY, READ_METHODS, AdminTokens, refuse_viewer
 from gateway.http.middleware import Handler, json_response
@@ -74,6 +74,7 @@ def create_admin_app(
     admin = web.Application(middlewares=[_admin_auth(accepted)])
     admin.add_routes(routes)
     admin.add_routes(route_admin.routes)
+    admin.add_routes(replays.routes)  # docs/cutover-day.md, "Replaying recorded inputs"
     return admin
 
 

@@ -5,27 +5,23 @@ progress line per page on stderr and a summary on stdout; exit 0, or 1 with the 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from contracts.auth import DEFAULT_TENANT
 from contracts.errors import ConfigurationError, ContractViolation
-from contracts.times import parse_time
 from gateway import assembly
 from gateway.clock import SYSTEM_CLOCK
 from gateway.config import Settings
 from gateway.files.outputs import OutputCopier
 from gateway.legacy.history import ImportSummary, PredictionLister, import_history
 from gateway.providers import build_adapter, credential
+from gateway.rollout import replay
 from gateway.store.engine import db
 
 __all__ = ["add_command", "parse_since", "run"]
-
-_AGO_RE = re.compile(r"^(\d+)([dhm])$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
 
 def add_command(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> None:
@@ -43,14 +39,12 @@ def add_command(sub: Any, shared: Callable[[argparse.ArgumentParser], Any]) -> N
 
 
 def parse_since(text: str, now: datetime) -> datetime:
-    """``30d``/``12h``/``90m`` before ``now``, or an ISO 8601 time.
+    """``30d``/``12h``/``90m`` before ``now``, or an ISO 8601 time (as ``cutover shadow
+    replay --since``: :func:`gateway.rollout.replay.parse_since`).
 
-    Raises ``ContractViolation`` for anything else.
+    Raises ``ContractViolation`` for anything else, or a time after ``now``.
     """
-    match = _AGO_RE.match(text.strip())
-    if match:
-        return now - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    return parse_time(text, "--since")
+    return replay.parse_since(text, now)
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:

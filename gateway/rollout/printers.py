@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["listing", "show", "summary"]
+__all__ = ["ReplayProgress", "listing", "replay_line", "show", "summary"]
 
 
 def _pct(value: float) -> str:
@@ -85,3 +85,43 @@ def show(shown: dict[str, Any]) -> str:
         lines.append(f"  #{c['id']} {c['at']} {c['who']} {c['action']}: "
                      f"{summary(c['before'], c['after'])}; reason: {c['reason']}")
     return "\n".join(lines)
+
+
+def replay_line(shown: dict[str, Any]) -> str:
+    """One replay's progress in a line (:meth:`gateway.store.replays.Replay.to_json`):
+    ``replay ID running [#####.....] 50% 100/200 inputs (3 skipped), 110/120 jobs
+    done``; the same from the store and through the admin API."""
+    inputs, made = shown["inputs"], shown["jobs"]
+    width = 20
+    filled = round(shown["progress"] * width)
+    handed = inputs["total"] - inputs["left"]
+    line = (f"replay {shown['id']} {shown['state']} [{'#' * filled}{'.' * (width - filled)}] "
+            f"{shown['progress']:.0%} {handed}/{inputs['total']} inputs "
+            f"({inputs['skipped']} skipped), {made['done']}/{made['created']} jobs done")
+    return line + (f", {made['dropped']} dropped" if made["dropped"] else "")
+
+
+class ReplayProgress:
+    """Writes a replay's progress to ``stream`` as it changes: one line rewritten in
+    place on a terminal, else a new line at each tenth of the way and at each state."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._last: tuple[str, int] | None = None
+
+    def update(self, shown: dict[str, Any]) -> None:
+        step = (shown["state"], int(shown["progress"] * 10))
+        if self._tty:
+            self._stream.write("\r" + replay_line(shown) + "\x1b[K")
+            if shown["state"] != "running":
+                self._stream.write("\n")
+        elif step != self._last:
+            self._stream.write(replay_line(shown) + "\n")
+        self._stream.flush()
+        self._last = step
+
+    def close(self) -> None:
+        if self._tty and self._last is not None and self._last[0] == "running":
+            self._stream.write("\n")
+            self._stream.flush()

@@ -1,4 +1,5 @@
-"""``cutover routes …`` and ``cutover shadow report`` against a running gateway's admin API.
+"""``cutover routes …``, ``cutover shadow report`` and ``cutover shadow replay`` against a
+running gateway's admin API.
 
 With ``--url https://gateway`` the commands need neither the database nor the
 configuration file (whose secrets stay on the gateway's host): each one is a request to
@@ -23,6 +24,7 @@ import json
 import os
 import ssl
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +38,7 @@ from gateway.rollout import printers
 __all__ = ["add_options", "main", "parse_changes"]
 
 TIMEOUT_S = 30.0
+FOLLOW_S = 0.5  # how often a followed replay's progress is read
 _ACTIONS = {"rollback": "rollback", "promote": "promote", "pause-guard": "pause-guard",
             "resume-guard": "resume-guard"}
 
@@ -147,7 +150,7 @@ def _route(key: str) -> str:
 
 def _run(admin: _Admin, args: argparse.Namespace) -> int:
     if args.command == "shadow":
-        return _report(admin, args)
+        return _replay(admin, args) if args.action == "replay" else _report(admin, args)
     if args.action == "list":
         print(printers.listing(admin.json("GET", "/routes")["results"]))
         return 0
@@ -207,13 +210,76 @@ def parse_changes(pairs: list[str]) -> dict[str, Any]:
 
 def _report(admin: _Admin, args: argparse.Namespace) -> int:
     params = {"format": args.format, **({"since": args.since} if args.since else {})}
-    text = admin.call("GET", _route(args.route) + "/shadow-report", params=params).text
+    path = (f"/replays/{quote(args.replay, safe='')}/report" if args.replay
+            else "/shadow-report")
+    _write(admin.call("GET", _route(args.route) + path, params=params).text, args)
+    return 0
+
+
+def _replay(admin: _Admin, args: argparse.Namespace) -> int:
+    """``cutover shadow replay`` through the admin API, as :mod:`gateway.rollout.cli`
+    does it on the store: start (or resume), follow, report; or ``--status``, ``--stop``."""
+    replays = _route(args.route) + "/replays"
+    if args.status or args.stop:
+        shown = _chosen(admin, replays, args)
+        if args.stop:
+            shown = admin.json("POST", f"{replays}/{shown['id']}/stop")
+        print(json.dumps(shown, indent=2) if args.format == "json"
+              else printers.replay_line(shown))
+        return 0
+    listed = [] if args.new else admin.json("GET", replays)["results"]
+    stopped = next((r for r in listed if r["state"] == "stopped"), None)
+    if stopped is not None:
+        shown = admin.json("POST", f"{replays}/{stopped['id']}/resume")
+        print(f"resuming replay {shown['id']} (--new starts another)", file=sys.stderr)
+    else:
+        body = {"since": args.since, "limit": args.limit,
+                "baseline_percent": args.baseline_percent}
+        shown = admin.json("POST", replays, {k: v for k, v in body.items() if v is not None})
+        print(f"started replay {shown['id']}: {shown['inputs']['total']} recorded inputs",
+              file=sys.stderr)
+    if args.detach:
+        print(shown["id"])
+        return 0
+    progress = printers.ReplayProgress(sys.stderr)
+    try:
+        while shown["state"] == "running":
+            progress.update(shown)
+            time.sleep(FOLLOW_S)  # the pace of the progress line
+            shown = admin.json("GET", f"{replays}/{shown['id']}")
+        progress.update(shown)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"replay {shown['id']} goes on in the gateway: --status to follow, --stop to "
+              "stop it", file=sys.stderr)
+        return 130
+    if shown["state"] != "finished":
+        print(f"replay {shown['id']} was {shown['state']} before it finished: run the "
+              "command again to resume it", file=sys.stderr)
+        return 1
+    fmt = "md" if args.format == "text" else args.format
+    _write(admin.call("GET", f"{replays}/{shown['id']}/report", params={"format": fmt}).text,
+           args)
+    return 0
+
+
+def _chosen(admin: _Admin, replays: str, args: argparse.Namespace) -> dict[str, Any]:
+    if args.id:
+        found: dict[str, Any] = admin.json("GET", f"{replays}/{quote(args.id, safe='')}")
+        return found
+    for shown in admin.json("GET", replays)["results"]:
+        if not args.stop or shown["state"] == "running":
+            return dict(shown)
+    raise RemoteError(f"route {args.route!r} has no {'running ' if args.stop else ''}replay")
+
+
+def _write(text: str, args: argparse.Namespace) -> None:
+    fmt = "md" if args.format == "text" else args.format
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
         except OSError as exc:
             raise RemoteError(f"cannot write --output {args.output}: {exc.strerror}") from None
-        print(f"wrote the {args.format} report of {args.route} to {args.output}")
+        print(f"wrote the {fmt} report of {args.route} to {args.output}")
     else:
         print(text)
-    return 0

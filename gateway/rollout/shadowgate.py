@@ -6,10 +6,14 @@ most ``shadow_budget.max_concurrent`` of a route's shadows running at once, and 
 ``max_per_hour`` started in any hour. Shadows claimed in one round are admitted one by
 one, each counting those admitted before it. Gateway processes share the counts through
 the store, so several processes may briefly overshoot by the shadows they admit in the
-same instant. A shadow that a provider at capacity keeps waiting longer than
-``max_wait_s`` is dropped by the reaper (:meth:`ShadowGate.waited_too_long`) when that
-wait runs out: the reaper sleeps until then (:meth:`ShadowGate.next_drop_at`), and a
-create tells it of a new shadow's (:func:`drop_at`).
+same instant. A replay's shadow (``replay_id``, docs/cutover-day.md) over the budget is
+not dropped but put back, due again after :data:`REPLAY_RETRY_S`: its replay keeps no
+more of them waiting than the budget has room for, so this happens only when live
+shadows took the room in the same instant. A shadow that a provider at capacity keeps
+waiting longer than ``max_wait_s`` is dropped by the reaper
+(:meth:`ShadowGate.waited_too_long`) when that wait runs out: the reaper sleeps until
+then (:meth:`ShadowGate.next_drop_at`), and a create tells it of a new shadow's
+(:func:`drop_at`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from gateway.store.records import NewJob
 from gateway.store.shadows import ShadowStore
 
 __all__ = [
-    "DROPPED", "SHADOW_PRIORITY", "SKIPPED", "SKIP_REASONS", "WAITED", "ShadowGate", "drop_at",
-    "shadow_job", "skip_reason",
+    "DROPPED", "REPLAY_RETRY_S", "SHADOW_PRIORITY", "SKIPPED", "SKIP_REASONS", "WAITED",
+    "ShadowGate", "drop_at", "shadow_job", "skip_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,7 @@ SKIP_REASONS = ("policy_size", "policy_field", "budget", "queue_full", "provider
 #: Below every route's priority (-100..100): at a provider at capacity, a hidden copy
 #: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
 SHADOW_PRIORITY = -101
+REPLAY_RETRY_S = 1.0  # a replay's shadow over the budget is due again after this
 
 
 class ShadowGate:
@@ -53,10 +58,13 @@ class ShadowGate:
         self._router = router
         self._metrics = metrics
 
-    async def split(self, claimed: list[Job]) -> tuple[list[Job], list[Job]]:
-        """``(to submit, to drop)`` of one round's claimed jobs; primaries always pass."""
+    async def split(self, claimed: list[Job]) -> tuple[list[Job], list[Job], list[Job]]:
+        """``(to submit, to drop, to put back)`` of one round's claimed jobs; primaries
+        always pass, a replay's shadow over the budget is put back (module docstring)."""
         admitted: Counter[str] = Counter()
-        keep, drop = [], []
+        keep: list[Job] = []
+        drop: list[Job] = []
+        later: list[Job] = []
         for job in claimed:
             if job.arm not in HIDDEN_ARMS:
                 keep.append(job)
@@ -64,8 +72,8 @@ class ShadowGate:
                 admitted[job.route] += 1
                 keep.append(await self._with_input(job))
             else:
-                drop.append(job)
-        return keep, drop
+                (drop if job.replay_id is None else later).append(job)
+        return keep, drop, later
 
     def refused(self, job: Job) -> None:
         """Count a hidden copy its provider refused at create (a 4xx, or a request the
@@ -131,6 +139,8 @@ class ShadowGate:
             running + admitted < budget.max_concurrent
             and last_hour + admitted < budget.max_per_hour
         )
+        if not fits and job.replay_id is not None:  # put back, not dropped (split)
+            return False
         outcome = "submitted" if fits else "dropped"
         if self._metrics is not None:
             self._metrics.shadows.labels(job.route, outcome).inc()

@@ -23,6 +23,7 @@ from contracts.times import parse_time
 from gateway.rollout import guard, shadowgate
 from gateway.rollout.spec import RouteSpec
 from gateway.storage import LocalStorage, Storage
+from gateway.store.replays import Replay
 from gateway.store.shadows import FileRow, ShadowPair, ShadowStore, StoredComparison
 from shadow.outcome import Outcome, OutputFile, read_path
 
@@ -55,6 +56,16 @@ def report_since(text: str | None, name: str, now: datetime | None = None) -> da
             f"{name} {since.isoformat()} is in the future (now "
             f"{now.isoformat(timespec='seconds')}): no pair can be in that window")
     return since
+
+
+def _marked(replay: Replay) -> reporting.Replay:
+    """A stored replay as its report's header shows it."""
+    from shadow import report as reporting
+
+    return reporting.Replay(
+        id=replay.id, state=replay.state, since=replay.since, until=replay.until,
+        inputs=replay.total, sent=replay.sent - replay.skipped, skipped=replay.skipped,
+        baseline_percent=replay.baseline_percent)
 
 
 class ShadowComparisons:
@@ -108,18 +119,22 @@ class ShadowComparisons:
         return StoredComparison(
             shadow_id=pair.candidate.id, primary_id=pair.control.id, route=route,
             kind=pair.kind, created_at=pair.candidate.created_at,
-            comparison=compared.model_dump(mode="json"),
+            comparison=compared.model_dump(mode="json"), replay_id=pair.candidate.replay_id,
         )
 
     async def compared(
-        self, route: str, kind: str, since: datetime | None = None, limit: int = REPORT_PAIRS
+        self, route: str, kind: str, since: datetime | None = None, limit: int = REPORT_PAIRS,
+        *, replay_id: str | None = None,
     ) -> list[comparing.PairComparison]:
         """The route's newest finished pairs of ``kind`` (``shadow`` or ``baseline``),
-        compared: pairs finished since the last call are compared and kept first."""
-        fresh = await self._shadows.pairs(route, since, limit, kind=kind, uncompared=True)
+        compared: pairs finished since the last call are compared and kept first. Live
+        traffic's pairs, or (``replay_id``) one replay's (docs/cutover-day.md)."""
+        fresh = await self._shadows.pairs(route, since, limit, kind=kind, uncompared=True,
+                                          replay_id=replay_id)
         if fresh:
             await self._shadows.save_comparisons([await self._compare(route, p) for p in fresh])
-        kept = await self._shadows.comparisons(route, since, limit, kind=kind)
+        kept = await self._shadows.comparisons(route, since, limit, kind=kind,
+                                               replay_id=replay_id)
         from shadow import compare as comparing  # not at start-up (docs/benchmarks.md)
 
         return [comparing.PairComparison.model_validate(c.comparison) for c in kept]
@@ -148,19 +163,24 @@ class ShadowComparisons:
         *,
         since: datetime | None = None,
         fmt: reporting.Format = "md",
+        replay: Replay | None = None,
     ) -> str:
-        """The route's shadow-diff report in ``fmt`` (``md``, ``json`` or ``html``)."""
+        """The route's shadow-diff report in ``fmt`` (``md``, ``json`` or ``html``): of
+        live traffic, or of ``replay``'s pairs alone, marked as that replay (its id,
+        window and counts in the title and header: docs/cutover-day.md)."""
         from shadow import report as reporting  # not at start-up (docs/benchmarks.md)
 
-        candidates = await self.compared(route, "shadow", since)
-        baseline = await self.compared(route, "baseline", since)
-        made, errors = await self._shadows.tally(route, since)
+        replay_id = replay.id if replay is not None else None
+        candidates = await self.compared(route, "shadow", since, replay_id=replay_id)
+        baseline = await self.compared(route, "baseline", since, replay_id=replay_id)
+        made, errors = await self._shadows.tally(route, since, replay_id=replay_id)
         skipped: Counter[str] = Counter()
         for error, n in errors.items():
             skipped[shadowgate.skip_reason(error)] += n
         built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
                                 since=since, has_candidate=spec.candidate is not None,
-                                coverage=reporting.Coverage(shadowed=made, skipped=dict(skipped)))
+                                coverage=reporting.Coverage(shadowed=made, skipped=dict(skipped)),
+                                replay=None if replay is None else _marked(replay))
         if fmt == "html":  # thumbnails as data: URIs, so the page works offline
             built = await reporting.with_previews(built)
         return reporting.render(built, fmt)

@@ -65,6 +65,7 @@ class NewJob:
     shadow_of: str | None = None
     logs: str | None = None  # the input note (gateway.validation.CheckedInput.note)
     skipped: str | None = None  # a shadow not run: stored canceled with this error
+    replay_id: str | None = None  # the replay that made this shadow (gateway/store/replays.py)
 
 
 def new_row(new: NewJob, now: datetime) -> dict[str, Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "routes",
     "secrets",
     "shadow_comparisons",
+    "shadow_replays",
 ]
 
 metadata = sa.MetaData(
@@ -112,12 +113,16 @@ jobs = sa.Table(
     sa.Column("upstream", sa.JSON),  # an adopted prediction's object at the legacy provider
     # raised by a trigger on every UPDATE (migration 0012): GET's cache key, never written
     sa.Column("row_version", sa.BigInteger, nullable=False, server_default="0"),
+    # the replay that made this shadow (migration 0013, gateway/store/replays.py)
+    sa.Column("replay_id", sa.String(26)),
     sa.Index("ix_jobs_state_next_attempt_at", "state", "next_attempt_at"),
     sa.Index("ix_jobs_route_completed_at", "route", "completed_at"),
     sa.Index("ix_jobs_shadow_of", "shadow_of"),
     sa.Index("ix_jobs_created_at_id", "created_at", "id"),
     sa.Index("ix_jobs_tenant_created_at_id", "tenant", "created_at", "id"),  # a tenant's list
     sa.Index("ix_jobs_data_removed_completed_at", "data_removed", "completed_at"),
+    # one replay sends one recorded input to one arm once (a resume never resends it)
+    sa.Index("ix_jobs_replay_id_shadow_of_arm", "replay_id", "shadow_of", "arm", unique=True),
 )
 
 provider_events = sa.Table(
@@ -245,8 +250,41 @@ shadow_comparisons = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("compared_at", UTCDateTime, nullable=False),
     sa.Column("comparison", sa.JSON, nullable=False),
+    sa.Column("replay_id", sa.String(26)),  # a replay's pair (None: live traffic's)
     sa.Index("ix_shadow_comparisons_route_kind_created_at", "route", "kind", "created_at"),
     sa.Index("ix_shadow_comparisons_primary_id", "primary_id"),
+    sa.Index("ix_shadow_comparisons_replay_id_kind", "replay_id", "kind"),
+)
+
+# A replay of a route's recorded inputs against its candidate (docs/cutover-day.md,
+# "Replaying recorded inputs"): the window and size asked for, its state (running,
+# stopped, finished), its counts, the position of the last input it handed out
+# (``cursor_at``, ``cursor_id``: newest first), and the gateway process leasing it.
+shadow_replays = sa.Table(
+    "shadow_replays",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("route", sa.String(320), nullable=False),
+    sa.Column("tenant", sa.String(64)),  # only this tenant's inputs (None: every tenant's)
+    sa.Column("since", UTCDateTime),
+    sa.Column("until", UTCDateTime, nullable=False),  # inputs created before the start
+    sa.Column("max_inputs", sa.Integer),
+    sa.Column("baseline_percent", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("total", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("sent", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("skipped", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("jobs", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cursor_at", UTCDateTime),
+    sa.Column("cursor_id", sa.String(26)),
+    sa.Column("who", sa.String(128), nullable=False),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("leased_until", UTCDateTime),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime),
+    sa.Index("ix_shadow_replays_route_created_at", "route", "created_at"),
+    sa.Index("ix_shadow_replays_state", "state"),
 )
 
 # A console sign-in (docs/console.md, "Sessions"): the SHA-256 of the opaque session id

@@ -60,7 +60,8 @@ class ShadowPair:
 class StoredComparison:
     """One pair's comparison as kept: the shadow job's id, its primary's, the route, the
     kind (``shadow`` or ``baseline``), the shadow's creation time and the JSON of
-    :class:`shadow.compare.PairComparison`."""
+    :class:`shadow.compare.PairComparison`, with the replay that made it (None: a live
+    shadow's)."""
 
     shadow_id: str
     primary_id: str
@@ -68,6 +69,7 @@ class StoredComparison:
     kind: str
     created_at: datetime
     comparison: dict[str, Any]
+    replay_id: str | None = None  # the replay that made the pair (None: live traffic)
 
 
 def _unsubmitted_shadow() -> list[Any]:
@@ -81,6 +83,11 @@ def _unsubmitted_shadow() -> list[Any]:
 def _known_unsent() -> Any:
     """Not a submit that may have reached the provider (``MAYBE_SUBMITTED``)."""
     return sa.or_(jobs.c.raw_status.is_(None), jobs.c.raw_status.not_in(MAYBE_SUBMITTED))
+
+
+def _made_by(column: Any, replay_id: str | None) -> Any:
+    """Live traffic's rows (``replay_id`` None) or one replay's (docs/cutover-day.md)."""
+    return column.is_(None) if replay_id is None else column == replay_id
 
 
 def _job(row: Any) -> Job:
@@ -135,12 +142,14 @@ class ShadowStore:
             return {route: oldest for route, oldest in (await conn.execute(query)).all()}
 
     async def tally(
-        self, route: str, since: datetime | None = None
+        self, route: str, since: datetime | None = None, *, replay_id: str | None = None
     ) -> tuple[int, dict[str | None, int]]:
         """``(shadowed, skipped)`` of ``route`` since ``since`` (None: all kept): shadows
         that reached their provider, and, by stored error, those that ended without
-        (skipped by the policy, dropped by the budget or the wait, refused at submit)."""
-        where = [jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS)]
+        (skipped by the policy, dropped by the budget or the wait, refused at submit);
+        live traffic's, or replay ``replay_id``'s."""
+        where = [jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS),
+                 _made_by(jobs.c.replay_id, replay_id)]
         if since is not None:
             where.append(jobs.c.created_at >= since)
         shadowed = sa.select(sa.func.count()).where(*where, jobs.c.submitted_at.is_not(None))
@@ -169,13 +178,14 @@ class ShadowStore:
 
     async def pairs(
         self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str,
-        uncompared: bool = False,
+        uncompared: bool = False, replay_id: str | None = None,
     ) -> list[ShadowPair]:
         """The route's newest ``limit`` pairs of ``kind`` (``shadow``: with the candidate,
         ``baseline``: the control twice) where both ends are terminal and still hold their
         data, and the shadow reached its provider (one dropped by the budget, or expired
         while waiting, says nothing about the provider: it would read as a status break);
-        with ``uncompared``, only those without a stored comparison."""
+        with ``uncompared``, only those without a stored comparison. Live traffic's pairs,
+        or (``replay_id``) one replay's, whose primary is the recorded prediction."""
         primary = jobs.alias("primary")
         query = (
             sa.select(jobs.c.id, jobs.c.shadow_of)
@@ -183,6 +193,7 @@ class ShadowStore:
             .where(
                 jobs.c.route == route,
                 jobs.c.arm == kind,
+                _made_by(jobs.c.replay_id, replay_id),
                 jobs.c.state.in_(_TERMINAL),
                 primary.c.state.in_(_TERMINAL),
                 jobs.c.submitted_at.is_not(None),
@@ -227,7 +238,7 @@ class ShadowStore:
         now = self._clock.now()
         rows = [{"shadow_id": c.shadow_id, "primary_id": c.primary_id, "route": c.route,
                  "kind": c.kind, "created_at": c.created_at, "compared_at": now,
-                 "comparison": c.comparison} for c in found]
+                 "comparison": c.comparison, "replay_id": c.replay_id} for c in found]
         async with self._engine.begin() as conn:
             insert = db.dialect_insert(conn)
             await conn.execute(
@@ -238,14 +249,17 @@ class ShadowStore:
             )
 
     async def comparisons(
-        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str
+        self, route: str, since: datetime | None = None, limit: int = 500, *, kind: str,
+        replay_id: str | None = None,
     ) -> list[StoredComparison]:
         """The route's newest ``limit`` kept comparisons of ``kind``, newest first (index
-        ``ix_shadow_comparisons_route_kind_created_at``)."""
+        ``ix_shadow_comparisons_route_kind_created_at``): live traffic's, or replay
+        ``replay_id``'s."""
         table = shadow_comparisons
         query = (
             sa.select(table)
-            .where(table.c.route == route, table.c.kind == kind)
+            .where(table.c.route == route, table.c.kind == kind,
+                   _made_by(table.c.replay_id, replay_id))
             .order_by(table.c.created_at.desc(), table.c.shadow_id.desc())
             .limit(limit)
         )
@@ -254,4 +268,4 @@ class ShadowStore:
         async with self._engine.connect() as conn:
             found = (await conn.execute(query)).all()
         return [StoredComparison(r.shadow_id, r.primary_id, r.route, r.kind, r.created_at,
-                                 r.comparison) for r in found]
+                                 r.comparison, r.replay_id) for r in found]

@@ -1,6 +1,6 @@
 -- The SQLite schema the alembic migrations build, rendered by
 -- `python -m gateway.store.engine.db`. Do not edit.
--- alembic revision: 0012
+-- alembic revision: 0013
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -39,7 +39,7 @@ CREATE TABLE jobs (
 	lease_owner VARCHAR(64), 
 	leased_until DATETIME, 
 	stream BOOLEAN DEFAULT 0 NOT NULL, 
-	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), raw_output JSON, tenant VARCHAR(32) DEFAULT 'default' NOT NULL, adopted BOOLEAN DEFAULT 0 NOT NULL, upstream JSON, row_version BIGINT DEFAULT '0' NOT NULL, 
+	data_removed BOOLEAN DEFAULT 0 NOT NULL, lost_at DATETIME, owner VARCHAR(64), priority INTEGER DEFAULT '0' NOT NULL, target VARCHAR(255), arm VARCHAR(16) DEFAULT 'control' NOT NULL, shadow_of VARCHAR(26), raw_output JSON, tenant VARCHAR(32) DEFAULT 'default' NOT NULL, adopted BOOLEAN DEFAULT 0 NOT NULL, upstream JSON, row_version BIGINT DEFAULT '0' NOT NULL, replay_id VARCHAR(26), 
 	CONSTRAINT pk_jobs PRIMARY KEY (id), 
 	CONSTRAINT uq_jobs_idempotency_key UNIQUE (idempotency_key)
 );
@@ -149,7 +149,7 @@ CREATE TABLE shadow_comparisons (
 	kind VARCHAR(16) NOT NULL, 
 	created_at DATETIME NOT NULL, 
 	compared_at DATETIME NOT NULL, 
-	comparison JSON NOT NULL, 
+	comparison JSON NOT NULL, replay_id VARCHAR(26), 
 	CONSTRAINT pk_shadow_comparisons PRIMARY KEY (shadow_id)
 );
 
@@ -199,4 +199,36 @@ CREATE INDEX ix_outbox_delivered_at ON outbox (delivered_at);
 
 CREATE TRIGGER jobs_row_version AFTER UPDATE ON jobs FOR EACH ROW WHEN NEW.row_version = OLD.row_version BEGIN UPDATE jobs SET row_version = OLD.row_version + 1 WHERE id = NEW.id; END;
 
-INSERT INTO alembic_version (version_num) VALUES ('0012');
+CREATE TABLE shadow_replays (
+	id VARCHAR(26) NOT NULL, 
+	route VARCHAR(320) NOT NULL, 
+	tenant VARCHAR(64), 
+	since DATETIME, 
+	until DATETIME NOT NULL, 
+	max_inputs INTEGER, 
+	baseline_percent FLOAT NOT NULL, 
+	state VARCHAR(16) NOT NULL, 
+	total INTEGER DEFAULT '0' NOT NULL, 
+	sent INTEGER DEFAULT '0' NOT NULL, 
+	skipped INTEGER DEFAULT '0' NOT NULL, 
+	jobs INTEGER DEFAULT '0' NOT NULL, 
+	cursor_at DATETIME, 
+	cursor_id VARCHAR(26), 
+	who VARCHAR(128) NOT NULL, 
+	lease_owner VARCHAR(64), 
+	leased_until DATETIME, 
+	created_at DATETIME NOT NULL, 
+	updated_at DATETIME NOT NULL, 
+	finished_at DATETIME, 
+	CONSTRAINT pk_shadow_replays PRIMARY KEY (id)
+);
+
+CREATE INDEX ix_shadow_replays_route_created_at ON shadow_replays (route, created_at);
+
+CREATE INDEX ix_shadow_replays_state ON shadow_replays (state);
+
+CREATE UNIQUE INDEX ix_jobs_replay_id_shadow_of_arm ON jobs (replay_id, shadow_of, arm);
+
+CREATE INDEX ix_shadow_comparisons_replay_id_kind ON shadow_comparisons (replay_id, kind);
+
+INSERT INTO alembic_version (version_num) VALUES ('0013');
