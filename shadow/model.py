@@ -114,9 +114,9 @@ class Replay(BaseModel):
     @property
     def line(self) -> str:
         """``replay ID (state) of recorded inputs from T to U: n inputs, ...``."""
-        since = self.since.isoformat() if self.since else "the first one"
+        since = f"{self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else "the first one"
         return (f"replay {self.id} ({self.state}) of recorded inputs from {since} to "
-                f"{self.until.isoformat()}: {self.inputs} inputs, {self.sent} sent, "
+                f"{self.until:%Y-%m-%d %H:%M:%S} UTC: {self.inputs} inputs, {self.sent} sent, "
                 f"{self.skipped} skipped by the shadow policy, {self.baseline_percent:g}% "
                 "also to the control for the baseline")
 

@@ -18,86 +18,26 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import tomli_w
 
 from tests.support.cog_server import CogServer
-from tests.support.fixtures import COG_WEBHOOK_TOKEN
 from tests.support.process import GatewayProcess, listen_port
-from tests.support.shadow import NOISE_MODEL
-from tests.support.waiting import wait_until_sync
+from tests.support.replay import API_TOKEN, ROUTE, noise_cogs, record, replay_config
 
 pytestmark = [pytest.mark.cog, pytest.mark.timeout(300)]
 
-ROUTE = "acme/noise"
 INPUTS = 200
-API_TOKEN = "r8_replay_cog_token"  # test values, not credentials
-ADMIN_TOKEN = "adm_replay_cog_token"
+ADMIN_TOKEN = "adm_replay_cog_token"  # a test value, not a credential
 PARALLEL = 4
 
 
 @pytest.fixture(scope="module")
 def cogs() -> Iterator[dict[str, CogServer]]:
-    stubs = {"control": "predict.py:Predictor", "candidate": "predict.py:CandidatePredictor"}
-    started: dict[str, CogServer] = {}
-    try:
-        for arm, stub in stubs.items():
-            server = CogServer(NOISE_MODEL.parent, env={"COG_PREDICT_TYPE_STUB": stub,
-                                                        "WEBHOOK_AUTH_TOKEN": COG_WEBHOOK_TOKEN})
-            server.start()
-            started[arm] = server
-        for server in started.values():
-            server.wait_ready()
+    with noise_cogs() as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
-
-
-def config(tmp: Path, port: int, cogs: dict[str, CogServer]) -> dict[str, Any]:
-    def cog(server: CogServer) -> dict[str, Any]:
-        return {"kind": "cog", "base_url": server.url, "webhook_auth_token": COG_WEBHOOK_TOKEN,
-                "max_concurrency": 1}  # one prediction slot per Cog server
-
-    return {
-        "gateway": {
-            "listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}",
-            "database_url": f"sqlite+aiosqlite:///{tmp / 'cutover.db'}",
-            "storage_url": (tmp / "assets").as_uri(), "api_tokens": [API_TOKEN],
-            "loop_interval_s": 0.05,
-        },
-        "admin": {"tokens": [{"name": "operator", "token": ADMIN_TOKEN}]},
-        "webhooks": {"allow_hosts": ["127.0.0.1"]},
-        # "old-again" is the control's own server under a second name: the candidate of
-        # the control-vs-control replay
-        "providers": {"old": cog(cogs["control"]), "new": cog(cogs["candidate"]),
-                      "old-again": cog(cogs["control"])},
-        "routes": [{
-            "model": ROUTE, "provider": "old", "candidate": "new", "baseline_percent": 20,
-            "shadow_policy": {"allow_fields": ["prompt", "seed"], "max_input_bytes": 4096},
-            "shadow_budget": {"max_concurrent": 4, "max_per_hour": 5000},
-        }],
-    }
-
-
-def record(http: httpx.Client, prompt: str) -> str:
-    """One prediction on the control, waited for; its status."""
-    made = http.post(f"/v1/models/{ROUTE}/predictions", json={"input": {"prompt": prompt}},
-                     headers={"Prefer": "wait=30"})
-    assert made.status_code in (200, 201), made.text
-    body = made.json()
-
-    def done() -> str | None:
-        nonlocal body
-        if body["status"] in ("succeeded", "failed", "canceled"):
-            return str(body["status"])
-        body = http.get(f"/v1/predictions/{body['id']}").json()
-        return None
-
-    return str(wait_until_sync(done, 60.0, what=f"prediction {body['id']} finished"))
 
 
 def cutover(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -110,7 +50,8 @@ def cutover(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_a_replay_of_recorded_inputs_finds_the_colour_cast_and_no_false_difference(
         cogs, tmp_path):
     port = listen_port()
-    settings = config(tmp_path, port, cogs)
+    settings = replay_config(tmp_path, port, cogs,
+                             admin=[{"name": "operator", "token": ADMIN_TOKEN}])
     gateway = GatewayProcess(settings, tmp_path).start()
     try:
         with httpx.Client(base_url=gateway.url, timeout=60.0,

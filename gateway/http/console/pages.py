@@ -7,10 +7,16 @@
 ``GET  /routes/{route}/shadow-report``   its shadow-diff report (the HTML report page)
 ``POST /routes/{route}/{action}``        canary, shadow, rollback, promote, pause-guard,
                                          resume-guard: a form with ``reason`` and ``csrf``
+``POST /routes/{route}/replay``          start a replay of recorded inputs: ``since``,
+                                         ``limit``, ``baseline_percent`` and ``csrf``
+``GET  /routes/{route}/replays/live``    the newest replay's progress (refreshed by the page)
+``POST /routes/{route}/replays/{id}/stop``, ``.../resume``   stop or resume it (``csrf``)
+``GET  /routes/{route}/replays/{id}/report``  its shadow report (the HTML report page)
 
-Every action goes through :class:`gateway.rollout.control.RouteControl`, the service the
-admin API and ``cutover routes`` use, with the same checks; a refused one re-renders the
-page with the reason and its 4xx status, and changes nothing.
+Every action goes through :class:`gateway.rollout.control.RouteControl` (a replay's
+through :class:`gateway.rollout.replay.ReplayControl`), the service the admin API and
+``cutover routes`` (``cutover shadow replay``) use, with the same checks; a refused one
+re-renders the page with the reason and its 4xx status, and changes nothing.
 """
 
 from __future__ import annotations
@@ -99,7 +105,8 @@ async def route_page(request: web.Request) -> web.Response:
     context = await _route_context(request, key)
     done = request.query.get("done")
     applied = next((c for c in context["changes"] if str(c["id"]) == done), None)
-    return page(request, "route.html", page="route", done=applied, **context)
+    return page(request, "route.html", page="route", done=applied,
+                replay=await _latest_replay(request, key), **context)
 
 
 @routes.get(_ROUTE + "/live", name="route_live")
@@ -117,7 +124,71 @@ async def shadow_report(request: web.Request) -> web.Response:
     return report_response(await services.pairs.report(key, spec, fmt="html"))
 
 
-_ACTIONS = ("canary", "shadow", "rollback", "promote", "pause-guard", "resume-guard")
+_ACTIONS = ("canary", "shadow", "rollback", "promote", "pause-guard", "resume-guard",
+            "replay")
+
+
+async def _latest_replay(request: web.Request, key: str) -> dict[str, Any] | None:
+    found = await request.config_dict[keys.ROUTES].replay.listing(key)
+    return found[0].to_json() if found else None
+
+
+@routes.get(_ROUTE + "/replays/live", name="replay_live")
+async def replay_live(request: web.Request) -> web.Response:
+    """The newest replay's progress, for the route page's Replay card."""
+    key = _key(request)
+    return template_response(request, "_replay_live.html", route=key,
+                             replay=await _latest_replay(request, key))
+
+
+@routes.get(_ROUTE + "/replays/{id}/report", name="replay_report")
+async def replay_report(request: web.Request) -> web.Response:
+    """A replay's HTML shadow report (under the report's own CSP)."""
+    key = _key(request)
+    services = request.config_dict[keys.ROUTES]
+    replay = await services.replay.get(key, request.match_info["id"])
+    spec = await services.control.spec(key)
+    return report_response(await services.pairs.report(key, spec, fmt="html", replay=replay))
+
+
+@routes.post(_ROUTE + "/replays/{id}/{verb}", name="replay_action")
+async def replay_action(request: web.Request) -> web.StreamResponse:
+    """Stop or resume a replay; 303 back to the route page, or the page with the 4xx."""
+    key, verb = _key(request), request.match_info["verb"]
+    if verb not in ("stop", "resume"):
+        raise NotFound(f"the console has no replay action {verb!r}")
+    form = await request.post()
+    who = request[SIGNED_IN]
+    check_change(request, who, _field(form, "csrf"), request.config_dict[keys.EDGE].public_url)
+    replays = request.config_dict[keys.ROUTES].replay
+    try:
+        refuse_viewer(who.identity)
+        act = replays.stop if verb == "stop" else replays.resume
+        await act(key, request.match_info["id"])
+    except CutoverError as exc:
+        if isinstance(exc, NotFound):
+            raise
+        return await _refused(request, key, exc)
+    raise web.HTTPSeeOther(_href(key))
+
+
+async def _refused(request: web.Request, key: str, exc: CutoverError) -> web.Response:
+    """The route page again with a refused action's reason and its 4xx status."""
+    context = await _route_context(request, key)
+    return page(request, "route.html", page="route", status=exc.status, error=exc.detail,
+                error_title=exc.title, replay=await _latest_replay(request, key), **context)
+
+
+def _optional_number(form: Any, name: str, kind: type[int] | type[float]) -> Any:
+    """A form's number field: None when empty, the number, else the text itself (which
+    the replay control refuses with its reason)."""
+    text = (_field(form, name) or "").strip()
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        return text
 
 
 @routes.post(_ROUTE + "/{action}", name="action")
@@ -131,13 +202,19 @@ async def act(request: web.Request) -> web.StreamResponse:
     public_url = request.config_dict[keys.EDGE].public_url
     check_change(request, who, _field(form, "csrf"), public_url)  # 403 before anything
     try:
+        if action == "replay":
+            refuse_viewer(who.identity)
+            await request.config_dict[keys.ROUTES].replay.start(
+                key, since=_field(form, "since") or None,
+                limit=_optional_number(form, "limit", int),
+                baseline_percent=_optional_number(form, "baseline_percent", float),
+                who=who.identity.name)
+            raise web.HTTPSeeOther(_href(key))
         entry = await _apply(request, key, action, form, who.identity)
     except CutoverError as exc:
         if isinstance(exc, NotFound):
             raise
-        context = await _route_context(request, key)
-        return page(request, "route.html", page="route", status=exc.status, error=exc.detail,
-                    error_title=exc.title, **context)
+        return await _refused(request, key, exc)
     await request.config_dict[keys.ROUTES].sync.reload()  # live in this process at once
     raise web.HTTPSeeOther(f"{_href(key)}?done={entry.id}")
 
