@@ -6,18 +6,17 @@ runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
-from gateway import ids
 from gateway.http import keys
 from gateway.store.replays import ReplayStore
 from gateway.store.schema import jobs, outbox, shadow_replays
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.replay import record_rows as record
 
 ROUTE = f"acme/echo:{VERSION}"
 REPLAYS = f"/admin/routes/{ROUTE}/replays"
@@ -48,31 +47,6 @@ def _sections(**route: Any) -> dict[str, Any]:
 @pytest.fixture
 async def gw(make_gateway: Any) -> GatewayHarness:
     return await make_gateway(**_sections())
-
-
-async def record(gateway: GatewayHarness, count: int, *, imported: int = 0,
-                 refused: int = 0) -> list[str]:
-    """Store ``count`` finished control predictions of the route (``imported`` of them
-    under the model's name, as ``cutover import`` stores them; ``refused`` with an input
-    the shadow policy refuses), newest first; their ids come back in that order."""
-    now = gateway.clock.now()
-    rows, made = [], []
-    for i in range(count):
-        job_id = ids.new_prediction_id()
-        made.append(job_id)
-        at = now - timedelta(minutes=i + 1)
-        rows.append({
-            "id": job_id, "state": JobState.COMPLETED.value, "model": "acme/echo",
-            "version": VERSION if i >= imported else "hidden",
-            "route": ROUTE if i >= imported else "acme/echo", "provider": "fake",
-            "input": {"prompt": f"p{i}", **({"seed": 1} if i < refused else {})},
-            "output": f"out {i}", "created_at": at, "updated_at": at, "completed_at": at,
-            "submitted_at": at, "callback_token": ids.callback_token(), "attempts": 1,
-            "adopted": i < imported,
-        })
-    async with gateway.store.engine.begin() as conn:
-        await conn.execute(jobs.insert(), rows)
-    return made
 
 
 async def replay_jobs(gateway: GatewayHarness, replay_id: str) -> list[Any]:
@@ -122,7 +96,7 @@ async def outstanding(gateway: GatewayHarness, replay_id: str) -> int:
 
 @pytest.mark.every_backend
 async def test_a_replay_runs_within_the_budget_stops_and_resumes_without_resending(gw):
-    recorded = await record(gw, 12, imported=4, refused=1)
+    recorded = await record(gw, ROUTE, 12, imported=4, refused=1)
     replay = await start(gw, limit=10)
     assert (replay["state"], replay["inputs"]["total"]) == ("running", 10)
     await gw.settle()
@@ -173,7 +147,7 @@ async def test_a_replay_runs_within_the_budget_stops_and_resumes_without_resendi
 
 
 async def test_replay_jobs_are_hidden_from_the_app_and_send_no_webhooks(gw):
-    await record(gw, 3)
+    await record(gw, ROUTE, 3)
     replay = await start(gw)
     await gw.settle()
     await answer(gw, replay["id"])
@@ -210,7 +184,7 @@ async def _replay_rows(gateway: GatewayHarness) -> list[Any]:
 ])
 async def test_bad_starts_are_problems_that_change_nothing(gw, path, body, headers, status,
                                                            detail):
-    await record(gw, 2)
+    await record(gw, ROUTE, 2)
     response = await gw.client.post(path, json=body, headers=headers)
     assert response.status == status, await response.text()
     assert response.content_type == "application/problem+json"
@@ -219,7 +193,7 @@ async def test_bad_starts_are_problems_that_change_nothing(gw, path, body, heade
 
 
 async def test_a_second_running_replay_of_a_route_is_a_conflict(gw):
-    await record(gw, 2)
+    await record(gw, ROUTE, 2)
     first = await start(gw)
     second = await gw.client.post(REPLAYS, json={}, headers=ADMIN)
     assert second.status == 409
@@ -238,7 +212,7 @@ async def test_a_second_running_replay_of_a_route_is_a_conflict(gw):
 
 @pytest.mark.every_backend
 async def test_one_gateway_process_at_a_time_holds_a_replay(gw):
-    await record(gw, 2)
+    await record(gw, ROUTE, 2)
     replay = await start(gw)
     store = ReplayStore(gw.store.engine, clock=gw.clock)
     assert [r.id for r in await store.lease("process-a", 30.0)] == [replay["id"]]

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from contracts.job import JobState
+from gateway import ids
+from gateway.store.schema import jobs
 from tests.support.cog_server import CogServer
 from tests.support.fixtures import COG_WEBHOOK_TOKEN
+from tests.support.gateway import GatewayHarness
 from tests.support.shadow import NOISE_MODEL
 from tests.support.tls import ServerTLS
 from tests.support.waiting import wait_until_sync
 
-__all__ = ["API_TOKEN", "ROUTE", "noise_cogs", "record", "replay_config"]
+__all__ = ["API_TOKEN", "ROUTE", "noise_cogs", "record", "record_rows", "replay_config"]
 
 ROUTE = "acme/noise"
 API_TOKEN = "r8_replay_cog_token"  # a test value, not a credential
@@ -87,3 +92,28 @@ def record(http: httpx.Client, prompt: str) -> str:
         return None
 
     return str(wait_until_sync(done, 60.0, what=f"prediction {body['id']} finished"))
+
+
+async def record_rows(gateway: GatewayHarness, route: str, count: int, *, imported: int = 0,
+                      refused: int = 0) -> list[str]:
+    """Store ``count`` finished control predictions of the route (``imported`` of them
+    under the model's name, as ``cutover import`` stores them; ``refused`` with an input
+    the shadow policy refuses), newest first; their ids come back in that order."""
+    now = gateway.clock.now()
+    rows, made = [], []
+    for i in range(count):
+        job_id = ids.new_prediction_id()
+        made.append(job_id)
+        at = now - timedelta(minutes=i + 1)
+        rows.append({
+            "id": job_id, "state": JobState.COMPLETED.value, "model": route.partition(":")[0],
+            "version": route.partition(":")[2] or "hidden" if i >= imported else "hidden",
+            "route": route if i >= imported else route.partition(":")[0], "provider": "fake",
+            "input": {"prompt": f"p{i}", **({"seed": 1} if i < refused else {})},
+            "output": f"out {i}", "created_at": at, "updated_at": at, "completed_at": at,
+            "submitted_at": at, "callback_token": ids.callback_token(), "attempts": 1,
+            "adopted": i < imported,
+        })
+    async with gateway.store.engine.begin() as conn:
+        await conn.execute(jobs.insert(), rows)
+    return made
