@@ -234,7 +234,8 @@ async def _report(control: RouteControl, pairs: ShadowComparisons, args: Any,
                   replays: ReplayControl) -> int:
     spec = await control.spec(args.route)
     since = report_since(args.since, "--since")
-    replay = await replays.get(args.route, args.replay) if args.replay else None
+    replay_id = getattr(args, "replay", None)  # a Namespace made by hand may lack it
+    replay = await replays.get(args.route, replay_id) if replay_id else None
     text = await pairs.report(args.route, spec, since=since, fmt=args.format, replay=replay)
     await _write(text, args)
     return 0

@@ -210,7 +210,8 @@ def parse_changes(pairs: list[str]) -> dict[str, Any]:
 
 def _report(admin: _Admin, args: argparse.Namespace) -> int:
     params = {"format": args.format, **({"since": args.since} if args.since else {})}
-    path = (f"/replays/{quote(args.replay, safe='')}/report" if args.replay
+    replay_id = getattr(args, "replay", None)
+    path = (f"/replays/{quote(replay_id, safe='')}/report" if replay_id
             else "/shadow-report")
     _write(admin.call("GET", _route(args.route) + path, params=params).text, args)
     return 0
