@@ -64,7 +64,7 @@ from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider
-from gateway.rollout.shadowgate import DROPPED, REPLAY_RETRY_S, ShadowGate
+from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
 from gateway.store.rescue import NEVER_SENT
@@ -146,12 +146,9 @@ class Dispatcher(Loop):
                 lost_is_idle=provider.adapter.capabilities.lost_is_idle,
             )
             if self._shadow_gate is not None:
-                claimed, dropped, later = await self._shadow_gate.split(claimed)
+                claimed, dropped = await self._shadow_gate.split(claimed, self._store.release)
                 for job in dropped:
                     await self._finalizer.finish_here(job, JobState.CANCELED, DROPPED)
-                again = self._clock.now() + timedelta(seconds=REPLAY_RETRY_S)
-                for job in later:  # a replay's shadow: the budget's room comes back
-                    await self._store.release(job.id, next_attempt_at=again)
             await boundary.each(claimed, functools.partial(self._submit, provider), self._failed)
             handled += len(claimed)
         return handled

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from contracts.errors import NotFound
 from contracts.job import Job
 from gateway import ids
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.metrics import Metrics
 from gateway.rollout import canary
 from gateway.rollout.router import Routed, Router, target_of
@@ -46,34 +48,43 @@ SKIP_REASONS = ("policy_size", "policy_field", "budget", "queue_full", "provider
 #: waits until no prediction of any app is waiting (docs/limits.md, "Fair queueing").
 SHADOW_PRIORITY = -101
 REPLAY_RETRY_S = 1.0  # a replay's shadow over the budget is due again after this
+PutBack = Callable[..., Awaitable[None]]
+"""``put_back(job_id, next_attempt_at=when)``: a claimed job given back, due at ``when``."""
 
 
 class ShadowGate:
     """Admits or drops the shadows of one dispatcher round."""
 
     def __init__(
-        self, *, shadows: ShadowStore, router: Router, metrics: Metrics | None = None
+        self, *, shadows: ShadowStore, router: Router, metrics: Metrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._shadows = shadows
         self._router = router
         self._metrics = metrics
+        self._clock = clock
 
-    async def split(self, claimed: list[Job]) -> tuple[list[Job], list[Job], list[Job]]:
-        """``(to submit, to drop, to put back)`` of one round's claimed jobs; primaries
-        always pass, a replay's shadow over the budget is put back (module docstring)."""
+    async def split(self, claimed: list[Job], put_back: PutBack | None = None
+                    ) -> tuple[list[Job], list[Job]]:
+        """``(to submit, to drop)`` of one round's claimed jobs; primaries always pass. A
+        replay's shadow over the budget is neither: it is given back through
+        ``put_back(job_id, next_attempt_at=...)`` (the dispatcher's lease release), due
+        again after :data:`REPLAY_RETRY_S` (module docstring)."""
         admitted: Counter[str] = Counter()
         keep: list[Job] = []
         drop: list[Job] = []
-        later: list[Job] = []
         for job in claimed:
             if job.arm not in HIDDEN_ARMS:
                 keep.append(job)
             elif await self._fits(job, admitted[job.route]):
                 admitted[job.route] += 1
                 keep.append(await self._with_input(job))
+            elif job.replay_id is None or put_back is None:
+                drop.append(job)
             else:
-                (drop if job.replay_id is None else later).append(job)
-        return keep, drop, later
+                again = self._clock.now() + timedelta(seconds=REPLAY_RETRY_S)
+                await put_back(job.id, next_attempt_at=again)
+        return keep, drop
 
     def refused(self, job: Job) -> None:
         """Count a hidden copy its provider refused at create (a 4xx, or a request the

@@ -50,7 +50,8 @@ class RouteServices:
 
     def shadow_gate(self) -> ShadowGate:
         """The dispatcher's shadow budget check."""
-        return ShadowGate(shadows=self.shadows, router=self.router, metrics=self.metrics)
+        return ShadowGate(shadows=self.shadows, router=self.router, metrics=self.metrics,
+                          clock=self.clock)
 
     def loops(self, *, guard_interval_s: float, owner: str, lease_s: float,
               interval_s: float) -> list[Loop]:

@@ -6,13 +6,15 @@ runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from contracts.job import JobState
+from contracts.job import Job, JobState
 from gateway.http import keys
+from gateway.rollout.shadowgate import REPLAY_RETRY_S
 from gateway.store.replays import ReplayStore
 from gateway.store.schema import jobs, outbox, shadow_replays
 from tests.support.gateway import VERSION, GatewayHarness
@@ -224,3 +226,29 @@ async def test_one_gateway_process_at_a_time_holds_a_replay(gw):
     inputs = await store.next_inputs(held, (ROUTE,), 2)
     assert not await store.hand_out(held, "process-a", inputs, [], 0)  # a lost its lease
     assert (await store.get(replay["id"])).sent == 0
+
+
+async def test_a_replay_shadow_over_the_budget_is_put_back_not_dropped(make_gateway):
+    gw = await make_gateway(**_sections(shadow_budget={"max_concurrent": 1,
+                                                       "max_per_hour": 1000}))
+    await record(gw, ROUTE, 2)
+    replay = await start(gw)
+    await gw.settle()
+    made = await replay_jobs(gw, replay["id"])
+    assert len(made) == 1 and made[0].submitted_at is not None  # the budget's one slot
+    # a second one claimed in the same instant (live shadows took the room meanwhile)
+    late = Job.model_validate({**made[0]._mapping, "id": "a" * 26, "submitted_at": None,
+                               "state": "queued"})
+    live = late.model_copy(update={"id": "b" * 26, "replay_id": None})
+    back: list[tuple[str, Any]] = []
+
+    async def put_back(job_id: str, *, next_attempt_at: Any) -> None:
+        back.append((job_id, next_attempt_at))
+
+    before = gw.clock.now()
+    keep, drop = await gw.app[keys.ROUTES].shadow_gate().split([late, live], put_back)
+    assert (keep, drop) == ([], [live])  # the live one is dropped, as always
+    [(job_id, due)] = back  # the replay's is due again once the budget may have room
+    assert job_id == late.id
+    assert before + timedelta(seconds=REPLAY_RETRY_S) <= due <= gw.clock.now() + timedelta(
+        seconds=REPLAY_RETRY_S)
