@@ -27,9 +27,7 @@ Routes (all JSON):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from aiohttp import web
 
@@ -40,7 +38,7 @@ from gateway.config import AdminSettings
 from gateway.http import console, keys, replays
 from gateway.http import routes as route_admin
 from gateway.http.admintokens import IDENTITY, READ_METHODS, AdminTokens, refuse_viewer
-from gateway.http.middleware import Handler, json_response
+from gateway.http.middleware import Handler, json_object, json_response
 from gateway.notify import LoopName
 from gateway.webhooks.deadletter import DEFAULT_LIMIT, DeadLetters
 
@@ -128,7 +126,7 @@ async def list_dead(request: web.Request) -> web.Response:
 @routes.post("/webhooks/dead/replay")
 async def replay_range(request: web.Request) -> web.Response:
     """Replay every dead event created in ``[since, until)``."""
-    body = await _json_object(request)
+    body = await json_object(request)
     if not isinstance(body.get("since"), str):
         raise ContractViolation('the body needs "since" (ISO 8601 time)')
     since = parse_time(body["since"], "since")
@@ -161,12 +159,3 @@ async def disabled_endpoints(request: web.Request) -> web.Response:
     """Endpoints disabled by a 410 Gone."""
     return json_response({"results": await _letters(request).disabled_endpoints()})
 
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read() or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ContractViolation("the request body must be a JSON object")
-    return body

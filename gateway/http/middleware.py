@@ -245,6 +245,23 @@ class ApiTokens:
         return found
 
 
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """An admin request's JSON object body (an empty body is ``{}``).
+
+    Raises
+    ------
+    ContractViolation
+        Not JSON, or not an object.
+    """
+    try:
+        body = json.loads(await request.read() or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ContractViolation("the request body must be a JSON object")
+    return body
+
+
 async def parse_body(request: web.Request, model: type[M]) -> M:
     """The request body validated as ``model``.
 

@@ -20,15 +20,14 @@ Every refusal is problem+json and changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from contracts.errors import ContractViolation
+from contracts.errors import ContractViolation, NotFound
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
-from gateway.http.middleware import json_response
+from gateway.http.middleware import json_object, json_response
 from gateway.rollout.replay import ReplayControl
 
 __all__ = ["REPORT_TYPES", "routes"]
@@ -48,12 +47,7 @@ def _key(request: web.Request) -> str:
 
 
 async def _start_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read() or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ContractViolation("the request body must be a JSON object")
+    body = await json_object(request)
     if unknown := sorted(set(body) - set(_START_FIELDS)):
         raise ContractViolation(f"unknown field(s) {', '.join(unknown)}: a replay takes "
                                 + ", ".join(f'"{name}"' for name in _START_FIELDS))
@@ -86,17 +80,14 @@ async def progress(request: web.Request) -> web.Response:
     return json_response(replay.to_json())
 
 
-@routes.post(_REPLAYS + "/{id}/stop")
-async def stop(request: web.Request) -> web.Response:
-    """Stop a running replay."""
-    replay = await _replays(request).stop(_key(request), request.match_info["id"])
-    return json_response(replay.to_json())
-
-
-@routes.post(_REPLAYS + "/{id}/resume")
-async def resume(request: web.Request) -> web.Response:
-    """Resume a stopped replay where it stopped."""
-    replay = await _replays(request).resume(_key(request), request.match_info["id"])
+@routes.post(_REPLAYS + "/{id}/{verb}")
+async def stop_or_resume(request: web.Request) -> web.Response:
+    """Stop a running replay, or resume a stopped one where it stopped."""
+    replays, verb = _replays(request), request.match_info["verb"]
+    if verb not in ("stop", "resume"):
+        raise NotFound(f"a replay has no action {verb!r}: stop or resume")
+    act = replays.stop if verb == "stop" else replays.resume
+    replay = await act(_key(request), request.match_info["id"])
     return json_response(replay.to_json())
 
 

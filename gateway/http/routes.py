@@ -28,7 +28,6 @@ is a problem+json 4xx and changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -38,7 +37,7 @@ from contracts.errors import ContractViolation
 from gateway import wire
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
-from gateway.http.middleware import json_response
+from gateway.http.middleware import json_object, json_response
 from gateway.rollout.control import RouteControl
 from gateway.rollout.shadowpairs import report_since
 
@@ -75,12 +74,7 @@ def _limit(request: web.Request, default: int = 100) -> int:
 async def _body(request: web.Request, takes: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The JSON object of a route change; with ``takes``, no field but those and
     ``reason`` (a misspelt ``"percnet"`` beside ``"percent"`` was ignored, answered 200)."""
-    try:
-        body = json.loads(await request.read() or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ContractViolation(f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise ContractViolation("the request body must be a JSON object")
+    body = await json_object(request)
     if not isinstance(body.get("reason"), str) or not body["reason"].strip():
         raise ContractViolation('a route change needs a non-empty "reason"')
     if takes is not None and (unknown := sorted(set(body) - {"reason", *takes})):

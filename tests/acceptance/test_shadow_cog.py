@@ -24,7 +24,7 @@ import pytest
 from shadow import compare, report
 from shadow.outcome import Outcome, OutputFile
 from tests.support.cog_server import CogServer
-from tests.support.shadow import NOISE_MODEL
+from tests.support.replay import noise_cogs
 
 pytestmark = pytest.mark.cog
 
@@ -34,19 +34,8 @@ PAIRS = 200
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, CogServer]]:
-    stubs = {"control": "predict.py:Predictor", "candidate": "predict.py:CandidatePredictor"}
-    started: dict[str, CogServer] = {}
-    try:
-        for arm, stub in stubs.items():
-            server = CogServer(NOISE_MODEL.parent, env={"COG_PREDICT_TYPE_STUB": stub})
-            server.start()
-            started[arm] = server
-        for server in started.values():
-            server.wait_ready()
+    with noise_cogs() as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
 
 
 async def post_when_free(client: httpx.AsyncClient, server: CogServer, prompt: str

@@ -7,8 +7,6 @@ gateway uses (SQLite: the store's part runs on both backends in test_replay.py).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +15,9 @@ import tomli_w
 
 from gateway.store.schema import jobs, shadow_replays
 from tests.integration.test_replay import ROUTE, _sections
+from tests.integration.test_route_cli_output import _cutover
 from tests.support.gateway import GatewayHarness, settings_dict
 from tests.support.replay import record_rows
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _cutover(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", *args, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def _replays(gateway: GatewayHarness) -> list[Any]:
