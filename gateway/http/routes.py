@@ -35,13 +35,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from aiohttp import web
 
 from contracts.errors import ContractViolation
-from contracts.job import Job, JobState
+from contracts.job import Job
 from gateway import wire
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
 from gateway.http.middleware import json_response
 from gateway.rollout.control import RouteControl
-from gateway.rollout.shadowgate import DROPPED, SKIPPED, WAITED, skip_reason
+from gateway.rollout.shadowgate import skip_of
 from gateway.rollout.shadowpairs import report_since
 
 __all__ = ["routes"]
@@ -240,17 +240,14 @@ def _shadow(job: Job) -> dict[str, Any]:
     """One of a primary's shadows: ``{"id", "arm", "provider", "state", "skipped"}``,
     ``skipped`` None for a shadow that reached its provider (or still may), else
     ``{"reason", "error"}``: a skip row (docs/shadow.md, "Skips"; the report's reasons,
-    ``policy_size``, ``policy_field``, ``budget``, ``queue_full``, ``provider_refused``)
-    is no shadow prediction, and was listed as one, ``canceled`` or ``failed`` among them.
-    A shadow canceled with its primary before it was sent is no skip: it stays
-    ``canceled``, ``skipped`` None."""
-    skipped = None
-    dropped = job.error is not None and (job.error in (DROPPED, WAITED)
-                                         or job.error.startswith(SKIPPED))
-    if job.submitted_at is None and (dropped or job.state is JobState.FAILED):
-        skipped = {"reason": skip_reason(job.error), "error": job.error}
+    :func:`gateway.rollout.shadowgate.skip_of`) is no shadow prediction, and was listed
+    as one, ``canceled`` or ``failed`` among them. A shadow canceled with its primary
+    before it was sent is no skip: it stays ``canceled``, ``skipped`` None."""
+    reason = None
+    if job.submitted_at is None and job.state.terminal:
+        reason = skip_of(job.state, job.error)
     return {"id": job.id, "arm": job.arm, "provider": job.provider, "state": job.state.value,
-            "skipped": skipped}
+            "skipped": None if reason is None else {"reason": reason, "error": job.error}}
 
 
 @routes.get("/predictions")

@@ -19,7 +19,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from contracts.errors import NotFound
-from contracts.job import Job
+from contracts.job import Job, JobState
 from gateway import ids
 from gateway.metrics import Metrics
 from gateway.rollout import canary
@@ -30,7 +30,7 @@ from gateway.store.shadows import ShadowStore
 
 __all__ = [
     "DROPPED", "SHADOW_PRIORITY", "SKIPPED", "SKIP_REASONS", "WAITED", "ShadowGate", "drop_at",
-    "shadow_job", "skip_reason",
+    "shadow_job", "skip_of", "skip_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,15 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         tenant=new.tenant,
         skipped=SKIPPED + refusal if refusal else None,
     )
+
+
+def skip_of(state: JobState, error: str | None) -> str | None:
+    """The :data:`SKIP_REASONS` label of a shadow that ended without reaching its
+    provider, or None when that is no skip: canceled with its primary (the app's cancel)
+    or past its deadline before it was sent. Those were counted ``provider_refused``."""
+    if error is not None and (error in (DROPPED, WAITED) or error.startswith(SKIPPED)):
+        return skip_reason(error)
+    return "provider_refused" if state is JobState.FAILED else None
 
 
 def skip_reason(error: str | None) -> str:

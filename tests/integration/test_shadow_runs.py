@@ -105,6 +105,27 @@ async def test_a_primarys_skipped_shadows_are_listed_as_skips_with_their_reason(
         "provider_refused")
 
 
+async def test_a_shadow_canceled_with_its_primary_before_it_was_sent_is_no_skip(
+    shadowed: GatewayHarness,
+) -> None:
+    """The app cancels the primary before its shadow is sent: the shadow ends canceled
+    with it. That is no skip; the report counted it ``provider_refused`` (the reason of
+    any shadow that ended unsent without a policy, budget or wait error)."""
+    made = await shadowed.create({"version": VERSION, "input": {"prompt": "x", "n": 1}})
+    response = await shadowed.client.post(f"/v1/predictions/{made['id']}/cancel",
+                                          headers=shadowed.headers)
+    assert response.status == 200
+    await shadowed.settle()
+    owner = await (await shadowed.client.get(f"/admin/predictions/{made['id']}",
+                                             headers=ADMIN)).json()
+    assert owner["state"] == "canceled"
+    assert [(s["state"], s["skipped"]) for s in owner["shadows"]] == [("canceled", None)]
+    report = await shadowed.client.get(f"/admin/routes/{ROUTE}/shadow-report?format=json",
+                                       headers=ADMIN)
+    assert report.status == 200
+    assert (await report.json())["coverage"] == {"shadowed": 0, "skipped": {}}
+
+
 async def test_the_shadow_never_touches_the_primary_or_the_apps_webhooks(shadowed):
     made = await _create(shadowed)
     await shadowed.settle()
