@@ -10,7 +10,13 @@ the p99 of both: p50, p99 and the mean CPU time (this thread's, so a busy machin
 scheduling waits do not count) in microseconds over ``--runs`` predictions, after a
 warm-up, with the command and the machine; the target is p50 under 50 µs per preset.
 
-    .venv/bin/python bench/maps.py [--runs 20000]
+    .venv/bin/python bench/maps.py [--runs 20000] [--stream 3000 --chunk-ms 10]
+
+``--stream N`` also plays a streamed text output of N chunks, one every ``--chunk-ms``
+ms (Cog's ``output`` webhooks carry the whole list so far), through an output map
+(``join("")``): the map CPU time when every interim update runs it on the list so far
+(before) and under the finalizer's :class:`gateway.finalizer.InterimBudget` (after), and
+how many updates ran it; the final output is mapped once in both.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.openai_mapping import DEFAULT_MAPS
+from gateway.finalizer import InterimBudget
 from gateway.translation import maps
 from gateway.translation.translator import input_of
 
@@ -82,6 +89,37 @@ def measure(run: Callable[[], Any] | None, runs: int) -> list[float]:
     return sorted(timings)
 
 
+class _PlayedClock:
+    """The stream's time: a chunk every ``chunk_s``, or later when an update took longer."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def monotonic(self) -> float:
+        return self.at
+
+
+def stream(chunks: int, chunk_ms: float, budgeted: bool) -> tuple[float, int]:
+    """(map CPU seconds, updates that ran the map) of one streamed output."""
+    program, clock = 'join("")', _PlayedClock()
+    maps.compiled(program)
+    budget = InterimBudget(clock=clock)  # type: ignore[arg-type]
+    sent = [f"token{n} " for n in range(chunks)]
+    spent, ran = 0.0, 0
+    for count in range(1, chunks + 1):
+        took = 0.0
+        if not budgeted or budget.allows("job"):
+            start = time.thread_time()
+            maps.run(program, sent[:count], what="o")
+            took = time.thread_time() - start
+            budget.spent("job", took)
+            spent, ran = spent + took, ran + 1
+        clock.at += max(chunk_ms / 1000.0, took)
+    start = time.thread_time()
+    maps.run(program, sent, what="o")  # the terminal output: always mapped
+    return spent + time.thread_time() - start, ran
+
+
 def _p(timings: list[float], share: float) -> float:
     return timings[min(len(timings) - 1, int(len(timings) * share))]
 
@@ -89,8 +127,11 @@ def _p(timings: list[float], share: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20000)
+    parser.add_argument("--stream", type=int, default=0, help="chunks of a streamed output")
+    parser.add_argument("--chunk-ms", type=float, default=10.0)
     args = parser.parse_args()
-    print(f"command: .venv/bin/python bench/maps.py --runs {args.runs}")
+    played = f" --stream {args.stream} --chunk-ms {args.chunk_ms:g}" if args.stream else ""
+    print(f"command: .venv/bin/python bench/maps.py --runs {args.runs}{played}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
           f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
     print(f"{'preset':32} {'input p50':>9} {'output p50':>10} {'both p50':>9} {'both p99':>9}"
@@ -107,6 +148,14 @@ def main() -> int:
     for what, worst in (("one map", worst_map), ("a prediction's maps", worst_both)):
         verdict = "met" if worst < TARGET_US else "NOT met"
         print(f"target p50 < {TARGET_US:g} us, {what}: {verdict} (worst p50 {worst:.1f} us)")
+    if args.stream:
+        seconds = args.stream * args.chunk_ms / 1000.0
+        print(f"a streamed output of {args.stream} chunks, one every {args.chunk_ms:g} ms "
+              f"({seconds:g} s at that pace), map join(\"\"):")
+        for label, budgeted in (("every interim update (before)", False),
+                                ("InterimBudget (after)", True)):
+            spent, ran = stream(args.stream, args.chunk_ms, budgeted)
+            print(f"  {label:30} map CPU {spent:8.3f} s, {ran} of {args.stream} updates mapped")
     return 0
 
 

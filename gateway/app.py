@@ -30,7 +30,7 @@ from gateway.dispatcher import Dispatcher
 from gateway.files.inputs import InputStager
 from gateway.files.outputs import OutputCopier
 from gateway.files.service import FileService
-from gateway.finalizer import Finalizer
+from gateway.finalizer import Finalizer, InterimBudget
 from gateway.http import (
     access,
     admin,
@@ -242,6 +242,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             file_hosts=assembly.output_file_hosts(settings),
             metrics=app[keys.METRICS], translator=assembly.translator(app),
             contract=assembly.output_contract(settings, app[keys.SCHEMAS]),
+            interim=InterimBudget(clock=app[keys.CLOCK]),
         )
         app[keys.PREDICTIONS] = PredictionService(
             store=store,

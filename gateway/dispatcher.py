@@ -25,7 +25,7 @@ the jobs already in flight there, oldest first, and submits them concurrently:
   ``cancel_resend_s`` at most, and ends ``canceled`` once ``cancel_grace_s`` has passed
   since the cancel with :data:`gateway.finalizer.ASKS_BEFORE_GIVING_UP` tries failed;
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
-  the job has had ``max_attempts`` attempts;
+  the job's submit has crashed ``max_attempts`` times (busy answers are no crash);
 * a cancel requested while the submit was in flight -> the provider is told to cancel
   (the reaper is woken to send it then, not at the cancel grace);
   a job the provider itself finished meanwhile (its webhook overtook the submit) keeps
@@ -63,7 +63,7 @@ from gateway.finalizer import ASKS_BEFORE_GIVING_UP, Finalizer, why_never_starte
 from gateway.loop import Loop
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
-from gateway.providers import Provider
+from gateway.providers import Provider, callback_url
 from gateway.rollout.shadowgate import DROPPED, ShadowGate
 from gateway.store.claims import RESUBMITTING
 from gateway.store.jobs import JobStore
@@ -80,11 +80,6 @@ REFUSED_RESUBMIT_WAIT_S = 60.0
 NOT_CONNECTED = NEVER_SENT  # a rollback moves such a job to the control (store.rescue)
 """``raw_status`` of a job whose submit found no connection to the provider: unlike
 ``unreachable`` (failed in transit) it is not "maybe submitted"."""
-
-
-def callback_url(base_url: str, job: Job, token: str) -> str:
-    """The provider-webhook URL of ``job``: its provider, id and unguessable token."""
-    return f"{base_url}/provider-webhooks/{job.provider}/{job.id}/{token}"
 
 
 class Dispatcher(Loop):
@@ -137,6 +132,7 @@ class Dispatcher(Loop):
         # Job id -> when its submit first found no connection, in this process only (a
         # restart gives the provider its whole submit_timeout_s again, never less).
         self._unreached_since: dict[str, datetime] = {}
+        self._crashes: dict[str, int] = {}  # job id -> its submits that crashed, here
 
     async def run_once(self) -> int:
         handled = 0
@@ -219,6 +215,7 @@ class Dispatcher(Loop):
             await self._crashed(provider, job, exc)
             return
         self._unreached_since.pop(job.id, None)
+        self._crashes.pop(job.id, None)
         self._count(provider, "accepted")
         await self._accepted(provider, job, request, snapshot)
 
@@ -301,12 +298,15 @@ class Dispatcher(Loop):
         return dict(await self._stager.stage(job.id, value, limit))
 
     async def _crashed(self, provider: Provider, job: Job, exc: Exception) -> None:
-        context = {"job_id": job.id, "provider": provider.name, "attempt": job.attempts + 1}
-        if job.attempts + 1 < self._max_attempts:
+        """Retried; failed at the ``max_attempts``-th crash (busy answers are no crash)."""
+        self._crashes[job.id] = crashes = self._crashes.get(job.id, 0) + 1
+        context = {"job_id": job.id, "provider": provider.name, "attempt": crashes}
+        if crashes < self._max_attempts:
             self._count(provider, "unreachable")
             log.warning("submit_crashed", extra={**context, "error": boundary.describe(exc)})
             await self._defer(job, "crashed", None)
             return
+        del self._crashes[job.id]
         self._count(provider, "rejected")
         log.error("submit_crashed", exc_info=exc, extra=context)
         error = f"the prediction could not be sent to the provider ({type(exc).__name__})"

@@ -13,6 +13,8 @@ is a no-op that returns the stored result.
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -20,6 +22,7 @@ from adapters import errortext
 from contracts.errors import ContractViolation
 from contracts.job import Job, JobState
 from contracts.snapshot import ErrorClass, ProviderSnapshot
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files.outputs import AssetError, OutputCopier, has_files
 from gateway.metrics import Metrics
 from gateway.notify import LoopName, Notifier
@@ -30,11 +33,64 @@ from gateway.translation.translator import Translator
 from gateway.validation import noted_logs
 from gateway.wire import timestamp
 
-__all__ = ["ASKS_BEFORE_GIVING_UP", "Finalizer", "why_never_started"]
+__all__ = ["ASKS_BEFORE_GIVING_UP", "Finalizer", "InterimBudget", "why_never_started"]
 
 log = logging.getLogger(__name__)
 ASKS_BEFORE_GIVING_UP = 3
 """Failed asks of the provider before the gateway ends an overdue job on its own."""
+
+
+class InterimBudget:
+    """How much of a running prediction's time its interim output maps may take.
+
+    The output map runs on the whole output so far at each interim update (a streamed
+    list of N chunks: N runs on lists growing to N, quadratic; 3,000 chunks cost 25 s
+    of CPU on the event loop, bench/maps.py ``--stream``). An interim output is mapped
+    while the map CPU seconds this job's interim outputs took in this process are at
+    most ``free_s`` plus ``share`` of the seconds since its first one; past that the
+    update keeps the output shown before (older, never wrong: it still has the final
+    form) and brings its state and logs only. Cheap maps (microseconds) are never
+    skipped; the terminal output is always mapped (docs/translation.md, "Interim
+    outputs of a mapped route").
+
+    Parameters
+    ----------
+    share : float
+        The fraction of a prediction's running time its interim maps may take (0..1).
+    free_s : float
+        Map seconds every prediction may spend before the share applies.
+    clock : Clock
+        The time since a job's first interim map (its ``monotonic``).
+    jobs : int
+        Jobs remembered at most (the oldest is forgotten: it is mapped afresh).
+    """
+
+    def __init__(self, *, share: float = 0.1, free_s: float = 0.005,
+                 clock: Clock = SYSTEM_CLOCK, jobs: int = 10_000) -> None:
+        self._share = share
+        self._free_s = free_s
+        self._clock = clock
+        self._limit = jobs
+        self._spent: OrderedDict[str, tuple[float, float]] = OrderedDict()  # id -> (s, since)
+
+    def allows(self, job_id: str) -> bool:
+        """Whether ``job_id``'s next interim output is mapped."""
+        spent = self._spent.get(job_id)
+        if spent is None:
+            return True
+        seconds, since = spent
+        return seconds <= self._free_s + self._share * (self._clock.monotonic() - since)
+
+    def spent(self, job_id: str, seconds: float) -> None:
+        """Count ``seconds`` of map CPU time against ``job_id``."""
+        before, since = self._spent.pop(job_id, (0.0, self._clock.monotonic()))
+        self._spent[job_id] = (before + seconds, since)
+        while len(self._spent) > self._limit:
+            self._spent.popitem(last=False)
+
+    def forget(self, job_id: str) -> None:
+        """``job_id`` finished: nothing more to count."""
+        self._spent.pop(job_id, None)
 
 
 class Finalizer:
@@ -50,7 +106,9 @@ class Finalizer:
         metrics: Metrics | None = None,
         translator: Translator | None = None,
         contract: OutputContract | None = None,
+        interim: InterimBudget | None = None,
     ) -> None:
+        self.interim = interim or InterimBudget()
         self._translator = translator
         self._store = store
         self._contract = contract
@@ -108,10 +166,18 @@ class Finalizer:
         if snapshot.state.terminal:
             return Progress(JobState.QUEUED, snapshot.raw_status)
         state = JobState.QUEUED if snapshot.state is JobState.CREATING else snapshot.state
-        try:
-            output = self._mapped_output(job, snapshot.output)
-        except MapError:  # withheld; the final output's map fails the prediction
-            output = None
+        output = snapshot.output
+        if output is not None and self._maps_output(job):
+            if not self.interim.allows(job.id):  # the output shown stays (InterimBudget)
+                return Progress(state, snapshot.raw_status, None,
+                                noted_logs(job.logs, snapshot.logs))
+            began = time.perf_counter()
+            try:
+                output = self._mapped_output(job, output)
+            except MapError:  # withheld; the final output's map fails the prediction
+                output = None
+            finally:
+                self.interim.spent(job.id, time.perf_counter() - began)
         if self._contract is not None:
             output = self._contract.interim(job.route, output)
         if output is not None and has_files(output, self._file_hosts.get(job.provider, ())):
@@ -167,6 +233,10 @@ class Finalizer:
             return Outcome(state=JobState.FAILED, error=error, **base)
         return Outcome(state=JobState.COMPLETED, output=output, assets=records, **base)
 
+    def _maps_output(self, job: Job) -> bool:
+        """Whether the job's route has an output map for its provider."""
+        return self._translator is not None and self._translator.maps_output(job)
+
     def _mapped_output(self, job: Job, output: Any) -> Any:
         """The route's output map for the job's provider on ``output`` (docs/translation.md):
         before files are copied, so only the URLs it keeps are fetched."""
@@ -178,6 +248,7 @@ class Finalizer:
     ) -> Job:
         """Store ``outcome``. Only a value the store refuses turns it into ``failed``; a
         transient store error propagates, so the caller's boundary retries the item."""
+        self.interim.forget(job.id)
         try:
             done = await self._store.finish(job.id, outcome)
         except ValueRefused as exc:  # a value the store refuses (too long, NUL on PostgreSQL)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Provider",
     "build_adapter",
+    "callback_url",
     "credential",
     "file_hosts",
     "missing_credentials",
@@ -37,6 +38,11 @@ DEFAULT_FILE_HOSTS: Mapping[str, tuple[str, ...]] = {
     "fal": ("fal.media", "*.fal.media"),
     "replicate": ("replicate.delivery", "*.replicate.delivery"),
 }
+
+
+def callback_url(base_url: str, job: Job, token: str) -> str:
+    """The provider-webhook URL of ``job``: its provider, id and unguessable token."""
+    return f"{base_url}/provider-webhooks/{job.provider}/{job.id}/{token}"
 
 
 def provider_ref(job: Job) -> ProviderRef:

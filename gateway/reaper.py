@@ -20,7 +20,9 @@ Each round:
    ``shadow_budget.max_wait_s`` are dropped (``canceled``, never compared: docs/shadow.md).
 
 An idle reaper sleeps until the first of these falls due (:func:`next_work`), and a create
-with a deadline or a shadow tells it when that one does.
+with a deadline or a shadow tells it when that one does. A cancel that a round did not take
+(its row locked by a poll's claim at that moment) is due at once, not at its grace
+(:meth:`gateway.store.due.Due.reap`).
 
 Every job is one item (:func:`gateway.boundary.each`): one that fails waits for the next
 round and never stops the others' cancels and deadlines.

@@ -34,11 +34,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from aiohttp import web
 
 from contracts.errors import ContractViolation
+from contracts.job import Job
 from gateway import wire
 from gateway.http import keys
 from gateway.http.admintokens import IDENTITY
 from gateway.http.middleware import json_object, json_response
 from gateway.rollout.control import RouteControl
+from gateway.rollout.shadowgate import skip_of
 from gateway.rollout.shadowpairs import report_since
 
 __all__ = ["routes"]
@@ -223,10 +225,23 @@ async def prediction_owner(request: web.Request) -> web.Response:
             # the provider's output when it failed the model's Output schema (conformance)
             "raw_output": job.raw_output,
             "shadow_of": job.shadow_of,
-            "shadows": [{"id": s.id, "provider": s.provider, "state": s.state.value}
-                        for s in shadows],
+            "shadows": [_shadow(s) for s in shadows],
         }
     )
+
+
+def _shadow(job: Job) -> dict[str, Any]:
+    """One of a primary's shadows: ``{"id", "arm", "provider", "state", "skipped"}``,
+    ``skipped`` None for a shadow that reached its provider (or still may), else
+    ``{"reason", "error"}``: a skip row (docs/shadow.md, "Skips"; the report's reasons,
+    :func:`gateway.rollout.shadowgate.skip_of`) is no shadow prediction, and was listed
+    as one, ``canceled`` or ``failed`` among them. A shadow canceled with its primary
+    before it was sent is no skip: it stays ``canceled``, ``skipped`` None."""
+    reason = None
+    if job.submitted_at is None and job.state.terminal:
+        reason = skip_of(job.state, job.error)
+    return {"id": job.id, "arm": job.arm, "provider": job.provider, "state": job.state.value,
+            "skipped": None if reason is None else {"reason": reason, "error": job.error}}
 
 
 @routes.get("/predictions")

@@ -27,6 +27,7 @@ _BY_ACTION = {
     "pause-guard": "route.guard_paused",
     "resume-guard": "route.guard_resumed",
     "set-map": "route.maps_changed",
+    "rescue": "route.rescued",
 }
 _OTHER = "route.changed"
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from contracts.errors import NotFound
-from contracts.job import Job
+from contracts.job import Job, JobState
 from gateway import ids
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.metrics import Metrics
@@ -36,7 +36,7 @@ from gateway.store.shadows import ShadowStore
 
 __all__ = [
     "DROPPED", "REPLAY_RETRY_S", "SHADOW_PRIORITY", "SKIPPED", "SKIP_REASONS", "WAITED",
-    "ShadowGate", "drop_at", "shadow_job", "skip_reason",
+    "ShadowGate", "drop_at", "shadow_job", "skip_of", "skip_reason",
 ]
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,15 @@ def shadow_job(routed: Routed, new: NewJob) -> NewJob | None:
         tenant=new.tenant,
         skipped=SKIPPED + refusal if refusal else None,
     )
+
+
+def skip_of(state: JobState, error: str | None) -> str | None:
+    """The :data:`SKIP_REASONS` label of a shadow that ended without reaching its
+    provider, or None when that is no skip: canceled with its primary (the app's cancel)
+    or past its deadline before it was sent. Those were counted ``provider_refused``."""
+    if error is not None and (error in (DROPPED, WAITED) or error.startswith(SKIPPED)):
+        return skip_reason(error)
+    return "provider_refused" if state is JobState.FAILED else None
 
 
 def skip_reason(error: str | None) -> str:

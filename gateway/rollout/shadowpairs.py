@@ -175,8 +175,10 @@ class ShadowComparisons:
         baseline = await self.compared(route, "baseline", since, replay_id=replay_id)
         made, errors = await self._shadows.tally(route, since, replay_id=replay_id)
         skipped: Counter[str] = Counter()
-        for error, n in errors.items():
-            skipped[shadowgate.skip_reason(error)] += n
+        for (state, error), n in errors.items():
+            reason = shadowgate.skip_of(state, error)
+            if reason is not None:  # a shadow canceled with its primary is no skip
+                skipped[reason] += n
         built = reporting.build(route, candidates, baseline, spec.shadow_thresholds,
                                 since=since, has_candidate=spec.candidate is not None,
                                 coverage=reporting.Coverage(shadowed=made, skipped=dict(skipped)),

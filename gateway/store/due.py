@@ -164,21 +164,47 @@ class Due:
     async def reap(
         self, now: datetime, *, grace_s: float, resend_s: float, lifetime_s: float
     ) -> datetime | None:
-        """The earliest time the reaper may have to act on an active job: a deadline, the
-        end of the maximum lifetime, a cancel request's grace or a cancel's resend time."""
-        del now  # every candidate is a stored time
+        """The earliest time the reaper may have to act on an active job: a cancel to send
+        (requested, or the deadline reached, and none sent yet: the reaper's claims,
+        gateway/store/claims.py), a cancel's resend time, the end of a cancel request's or
+        a deadline's grace, or of the maximum lifetime.
+
+        A cancel not sent yet is due at its request (an unsubmitted job's, once the lease
+        on it ends): a round that did not take it (its row locked by a poll's claim at
+        that moment, which PostgreSQL's ``SKIP LOCKED`` passes over) left the reaper
+        asleep until the request's grace, up to ``loop_max_idle_s``, with the cancel
+        unsent. One that no reaper can send, because a submit may have reached the
+        provider without the gateway knowing its id (:data:`MAYBE_SUBMITTED`), is the
+        dispatcher's, which wakes the reaper once it knows; a cancel sent is due again at
+        its resend time only, so the reaper does not go round every ``loop_interval_s``
+        meanwhile."""
+        unsent = sa.and_(
+            jobs.c.cancel_sent_at.is_(None),
+            sa.or_(jobs.c.submitted_at.is_not(None), jobs.c.raw_status.is_(None),
+                   jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
+        )
+        stopped = sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now)
+        held = sa.and_(jobs.c.submitted_at.is_(None), jobs.c.leased_until > now)
+        to_send = sa.case(
+            (sa.and_(unsent, stopped, held), jobs.c.leased_until),
+            (unsent, sa.func.coalesce(jobs.c.cancel_requested_at, jobs.c.deadline)),
+            else_=None,
+        )
         query = sa.select(
+            sa.func.min(to_send),
             sa.func.min(jobs.c.deadline),
             sa.func.min(jobs.c.created_at),
             sa.func.min(jobs.c.cancel_requested_at),
             sa.func.min(jobs.c.cancel_sent_at),
         ).where(jobs.c.state.in_(_ACTIVE))
         async with self._engine.read() as conn:
-            deadline, oldest, requested, sent = (await conn.execute(query)).one()
+            send, deadline, oldest, requested, sent = (await conn.execute(query)).one()
+        grace = timedelta(seconds=grace_s)
         candidates = [
-            deadline,
+            send,
+            deadline and deadline + grace,
             oldest and oldest + timedelta(seconds=lifetime_s),
-            requested and requested + timedelta(seconds=grace_s),
+            requested and requested + grace,
             sent and sent + timedelta(seconds=resend_s),
         ]
         return min((t for t in candidates if t is not None), default=None)

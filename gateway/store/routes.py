@@ -251,18 +251,30 @@ class RouteBook:
     async def rescue_stranded(self, key: str, spec: RouteSpec) -> int:
         """Move the never-accepted predictions still on the candidate of route ``key`` at
         canary 0 (a submit was under way at the rollback, then found no connection) to
-        the control, as the rollback would have; how many moved comes back (0 without
-        ``target_of``, a candidate, or at a canary above 0)."""
+        the control, as the rollback would, audited (``guard``, ``rescue``, evidence
+        ``rescued``) with its operator event; how many moved (0 at canary > 0)."""
         if self._target_of is None or not spec.candidate or spec.canary_percent > 0:
             return 0
         move = Rescue(route=key, candidate=spec.candidate, control=spec.provider,
                       target=self._target_of(key, spec.provider),
                       why=f"route {key!r} rolled back; its submit was under way then")
+        told: str | bool | None = None
         async with self._engine.begin() as conn:
             moved = await rescue(conn, move, self._clock.now())
+            if moved:
+                row = await self._row(conn, key)
+                now = RouteSpec.model_validate(row.spec) if row is not None else spec
+                why = (f"{len(moved)} prediction(s) whose submit was under way at the rollback "
+                       f"moved from {spec.candidate!r} to the control {spec.provider!r}")
+                entry = await self._audit(conn, key, "guard", "rescue", now, now, why, {
+                    "rescued": {"count": len(moved), "to": spec.provider,
+                                "predictions": moved[:RESCUED_LISTED]}})
+                told = self._operator is not None and await self._operator.write(conn, entry)
+        if told and self._notifier is not None:
+            self._notifier.wake(LoopName.DELIVERY)
         if moved:
-            log.warning("predictions_rescued", extra={
-                "route": key, "from": spec.candidate, "to": spec.provider, "count": len(moved)})
+            log.warning("predictions_rescued", extra={"route": key, "from": spec.candidate,
+                        "to": spec.provider, "count": len(moved), "change": entry.id})
             if self._notifier is not None:
                 self._notifier.wake(LoopName.DISPATCHER)
         return len(moved)

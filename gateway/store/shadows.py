@@ -143,24 +143,27 @@ class ShadowStore:
 
     async def tally(
         self, route: str, since: datetime | None = None, *, replay_id: str | None = None
-    ) -> tuple[int, dict[str | None, int]]:
-        """``(shadowed, skipped)`` of ``route`` since ``since`` (None: all kept): shadows
-        that reached their provider, and, by stored error, those that ended without
-        (skipped by the policy, dropped by the budget or the wait, refused at submit);
-        live traffic's, or replay ``replay_id``'s."""
+    ) -> tuple[int, dict[tuple[JobState, str | None], int]]:
+        """``(shadowed, ended unsent)`` of ``route`` since ``since`` (None: all kept):
+        shadows that reached their provider, and, by final state and stored error, those
+        that ended without (skipped by the policy, dropped by the budget or the wait,
+        refused at submit, or canceled with their primary: no skip,
+        :func:`gateway.rollout.shadowgate.skip_of` tells them apart); live traffic's, or
+        replay ``replay_id``'s."""
         where = [jobs.c.route == route, jobs.c.arm.in_(HIDDEN_ARMS),
                  _made_by(jobs.c.replay_id, replay_id)]
         if since is not None:
             where.append(jobs.c.created_at >= since)
         shadowed = sa.select(sa.func.count()).where(*where, jobs.c.submitted_at.is_not(None))
         skipped = (
-            sa.select(jobs.c.error, sa.func.count())
+            sa.select(jobs.c.state, jobs.c.error, sa.func.count())
             .where(*where, jobs.c.submitted_at.is_(None), jobs.c.state.in_(_TERMINAL))
-            .group_by(jobs.c.error)
+            .group_by(jobs.c.state, jobs.c.error)
         )
         async with self._engine.connect() as conn:
             made = int((await conn.execute(shadowed)).scalar_one())
-            return made, {error: int(n) for error, n in (await conn.execute(skipped)).all()}
+            ended = (await conn.execute(skipped)).all()
+        return made, {(JobState(state), error): int(n) for state, error, n in ended}
 
     async def primary_input(self, job_id: str) -> dict[str, Any] | None:
         """The stored input of primary ``job_id``: the one copy its shadows refer to

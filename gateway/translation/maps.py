@@ -2,7 +2,8 @@
 
 ``[routes.maps.PROVIDER]`` gives an ``input`` program (the app's validated input -> the
 input that provider's adapter takes) and an ``output`` program (the provider's output ->
-the output the app sees, run on every interim and final output before files are copied
+the output the app sees, run on the final output and on interim ones within the
+finalizer's budget, :class:`gateway.finalizer.InterimBudget`, before files are copied
 to owned storage). Programs are written in the jq language and run by the ``jq`` package
 (docs/translation.md). Each is compiled once, when a route is loaded (config, store,
 admin API), and kept by its text; a prediction only runs it.

@@ -6,8 +6,9 @@ provider); without an ``input`` map there, the adapter's own default (the ``open
 adapter's Replicate-style -> OpenAI-compatible mapping,
 :data:`contracts.snapshot.Capabilities.input_map`); without either, the value passes
 as it is. The dispatcher calls :meth:`Translator.input` before the adapter; the finalizer
-calls :meth:`Translator.output` on every interim and final output, before files are
-copied to owned storage.
+calls :meth:`Translator.output` on the final output and on interim ones within its
+budget (:class:`gateway.finalizer.InterimBudget`), before files are copied to owned
+storage.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Translator:
         if program is None:
             return value
         return input_of(program, value, provider)
+
+    def maps_output(self, job: Job) -> bool:
+        """Whether the job's route has an output map for the job's provider."""
+        return self.spec(job.route, job.provider).output is not None
 
     def output(self, job: Job, value: Any) -> Any:
         """The provider's output ``value`` as the app sees it (None stays None).

@@ -7,9 +7,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from contracts.job import JobState
+from gateway.app import LOOPS
+from gateway.notify import LoopName
 from gateway.store.due import Due
+from gateway.store.engine import db
+from gateway.store.schema import jobs
 from tests.support.gateway import VERSION
 from tests.support.outbox import events_loop, start_job
 
@@ -73,3 +78,60 @@ async def test_a_job_past_its_deadline_that_no_submit_reached_is_not_due_for_dis
     after = job.deadline + timedelta(seconds=1)
     assert await fast.dispatch(after) is None
     assert await slow.dispatch(after) is None
+
+
+async def test_a_requested_cancel_no_round_has_sent_is_due_at_once(
+    make_gateway: Any, backend: str, database_url: str,
+) -> None:
+    """A cancel request on a submitted job is the reaper's work now, not at its grace: the
+    reaper's claim passes over a row another transaction holds locked (a poll's claim, on
+    PostgreSQL ``SKIP LOCKED``), and the round that found nothing left the reaper asleep
+    for ``loop_max_idle_s`` (10 s) with the cancel unsent (seen in the adoption suite's
+    cancel through cutover). Once sent, it is not due again before its resend time."""
+    gateway = await make_gateway(gateway={"cancel_grace_s": 30.0, "cancel_resend_s": 10.0})
+    reaper = next(loop for loop in gateway.app[LOOPS] if loop.name is LoopName.REAPER)
+    job_id = await start_job(gateway, "http://127.0.0.1:9/hook")
+    job = await gateway.store.get(job_id)
+    assert job.submitted_at is not None and not job.state.terminal
+    interval_s = 0.05  # the harness's loop_interval_s
+    assert await reaper.idle_s() > interval_s  # nothing to cancel yet
+    response = await gateway.client.post(f"/v1/predictions/{job_id}/cancel",
+                                          headers=gateway.headers)
+    assert response.status == 200
+    if backend == "postgres":  # a poll's claim holds the row as the woken reaper looks
+        engine = db.create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sa.select(jobs.c.id).where(jobs.c.id == job_id)
+                                   .with_for_update())
+                assert await reaper.run_once() == 0  # passed over, unsent
+                assert gateway.fake.cancel_calls == []
+                assert await reaper.idle_s() == interval_s
+        finally:
+            await engine.dispose()
+    assert await reaper.idle_s() == interval_s
+    assert await reaper.run_once() == 1
+    assert gateway.fake.cancel_calls == [job.provider_job_id]
+    assert await reaper.idle_s() > interval_s  # sent: due at its resend, 10 s on
+
+
+async def test_a_deadline_cancel_once_sent_is_not_due_again_before_its_resend(
+    make_gateway: Any,
+) -> None:
+    """Past its deadline a job's cancel is due; once sent, the job waits for the
+    provider's answer until the resend time or the grace. The reaper's next-work time
+    was the deadline itself, passed, so an idle reaper went round every
+    ``loop_interval_s`` (an empty round each time) until the grace ended the job."""
+    gateway = await make_gateway(gateway={"cancel_grace_s": 30.0, "cancel_resend_s": 10.0})
+    reaper = next(loop for loop in gateway.app[LOOPS] if loop.name is LoopName.REAPER)
+    made = await gateway.create({"version": VERSION, "input": {"prompt": "x"}},
+                                **{"Cancel-After": "5s"})
+    await gateway.settle()
+    job = await gateway.store.get(made["id"])
+    assert job.submitted_at is not None and job.deadline is not None
+    interval_s = 0.05  # the harness's loop_interval_s
+    gateway.clock.advance(6.0)  # past the deadline: its cancel is due
+    assert await reaper.idle_s() == interval_s
+    assert await reaper.run_once() == 1
+    assert gateway.fake.cancel_calls == [job.provider_job_id]
+    assert interval_s < await reaper.idle_s() <= 10.0  # the resend, 10 s on

@@ -12,6 +12,7 @@ from contracts.job import JobState
 from gateway.app import LOOPS
 from gateway.store.schema import jobs
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
@@ -67,6 +68,58 @@ async def test_busy_provider_keeps_the_job_queued_then_runs_it(make_gateway):
     await asyncio.wait_for(submitted(), 10)
     job = await gateway.store.get(prediction["id"])
     assert job.submitted_at is not None and job.attempts == 2
+
+
+async def _dispatched(gateway: GatewayHarness, job_id: str, done: Any) -> None:
+    """Settle (the backoff is the harness's 10-50 ms) until ``done(job)``."""
+
+    async def reached() -> bool:
+        await gateway.settle()
+        return bool(done(await gateway.store.get(job_id)))
+
+    await wait_until(reached, 10.0, what=f"job {job_id} dispatched")
+
+
+async def test_busy_answers_do_not_count_toward_the_crash_limit(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job the provider sent back busy seven times (Cog's 409 "At capacity", each a
+    deferral that counts in ``attempts`` for the backoff) failed at its first crashed
+    submit: the limit of 8 counted every deferral, not the crashes."""
+    gateway = await make_gateway()
+    gateway.fake.busy_times = 7
+    submit, crashes = gateway.fake.submit, [RuntimeError("adapter bug")]
+
+    async def crashing_once(request: Any) -> Any:
+        if gateway.fake.busy_times == 0 and crashes:
+            raise crashes.pop()
+        return await submit(request)
+
+    monkeypatch.setattr(gateway.fake, "submit", crashing_once)
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await _dispatched(gateway, prediction["id"], lambda job: job.state.terminal
+                      or job.submitted_at is not None)
+    job = await gateway.store.get(prediction["id"])
+    assert crashes == [] and job.attempts == 8  # seven busy answers, one crash
+    assert job.state is JobState.QUEUED and job.submitted_at is not None, job.error
+
+
+async def test_a_submit_that_always_crashes_fails_the_job_at_the_eighth(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gateway = await make_gateway()
+    calls: list[str] = []
+
+    async def crashing(request: Any) -> Any:
+        calls.append(request.job_id)
+        raise RuntimeError("adapter bug")
+
+    monkeypatch.setattr(gateway.fake, "submit", crashing)
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await _dispatched(gateway, prediction["id"], lambda job: job.state.terminal)
+    job = await gateway.store.get(prediction["id"])
+    assert job.state is JobState.FAILED and len(calls) == 8
+    assert job.error == "the prediction could not be sent to the provider (RuntimeError)"
 
 
 async def test_rejected_submit_fails_the_job_with_the_reason(gateway: GatewayHarness):

@@ -219,3 +219,52 @@ async def test_the_output_map_runs_on_every_interim_output_and_the_final_one(
     assert await h.deliver(pid, JobState.COMPLETED, output=["he", "llo", "!"]) == 200
     done = await h.wait_for(pid, "succeeded")
     assert done["output"] == ["HE", "LLO", "!"]
+
+
+class _StoppedClock:
+    """A clock whose monotonic time moves only when told (the interim budget's)."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def monotonic(self) -> float:
+        return self.at
+
+
+async def test_an_interim_output_past_its_map_budget_keeps_the_one_shown_before(
+    make_gateway: Callable[..., Any],
+) -> None:
+    """The output map ran on the whole output so far at every interim update (quadratic
+    for a stream of many chunks). Past its budget an update keeps the output shown
+    before and brings its logs; with time the budget returns; the final output is always
+    mapped whole."""
+    from contracts.job import JobState
+    from gateway.app import _FINALIZER
+    from gateway.finalizer import InterimBudget
+
+    route = {"model": "acme/plain", "provider": "fake",
+             "maps": {"fake": {"output": "map(ascii_upcase)"}}}
+    h: GatewayHarness = await make_gateway(routes=[route])
+    clock = _StoppedClock()
+    h.app[_FINALIZER].interim = InterimBudget(share=0.1, free_s=0.0, clock=clock)  # type: ignore[arg-type]
+    response = await h.client.post("/v1/models/acme/plain/predictions",
+                                   json={"input": {"prompt": "x"}}, headers=h.headers)
+    pid = (await response.json())["id"]
+    await h.settle()
+    chunks = [f"t{n} " for n in range(6)]
+
+    async def interim(count: int) -> dict[str, Any]:
+        assert await h.deliver(pid, JobState.RUNNING, output=chunks[:count],
+                               logs=f"chunk {count}\n") == 200
+        await h.settle()
+        return await h.get(pid)
+
+    assert (await interim(1))["output"] == ["T0 "]  # the first is always mapped
+    over = await interim(2)  # no time has passed: the budget is spent
+    assert over["output"] == ["T0 "] and over["logs"].endswith("chunk 2\n")
+    assert (await interim(3))["output"] == ["T0 "]
+    clock.at += 60.0  # a minute on: the map's share of it is left
+    assert (await interim(4))["output"] == ["T0 ", "T1 ", "T2 ", "T3 "]
+    assert await h.deliver(pid, JobState.COMPLETED, output=chunks) == 200
+    done = await h.wait_for(pid, "succeeded")
+    assert done["output"] == [c.upper() for c in chunks]

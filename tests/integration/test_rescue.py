@@ -3,6 +3,7 @@ candidate's predictions it never accepted to the control, once; the others stay.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -12,8 +13,12 @@ import sqlalchemy as sa
 from contracts.job import JobState
 from gateway.app import LOOPS
 from gateway.dispatcher import NOT_CONNECTED, Dispatcher
+from gateway.http import keys
+from gateway.notify import LoopName
 from gateway.store.schema import jobs
+from gateway.webhooks.signing import generate_secret
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.outbox import outbox_rows
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.every_backend  # the rescue's guarded UPDATE is the point
@@ -101,3 +106,47 @@ async def test_a_rollback_moves_only_what_the_candidate_never_accepted(make_gate
         on_candidate = (await conn.execute(
             sa.select(sa.func.count()).where(jobs.c.provider == "next"))).scalar_one()
     assert on_candidate == 4
+
+
+async def test_a_late_rescue_at_canary_0_is_audited_and_announced(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prediction whose submit was under way at the rollback, moved later by the guard
+    loop (at canary 0), is a rollout action like the rollback: it has its audit entry and
+    its operator event. It had neither: only a log line said where it went."""
+    monkeypatch.setenv("CUTOVER_TEST_RESCUE_SECRET", generate_secret())
+    gateway = await make_gateway(
+        providers={"fake": {"kind": "fake", "max_concurrency": 10}, "next": DEAD},
+        routes=[{"model": "acme/echo", "version": VERSION, "provider": "fake",
+                 "candidate": "next"}],
+        admin={"tokens": [{"name": "ops-carol", "token": ADMIN_TOKEN}]},
+        webhooks={"allow_hosts": ["127.0.0.1"]},
+        operator_webhook={"url": "http://127.0.0.1:9/ops",
+                          "secret_env": "CUTOVER_TEST_RESCUE_SECRET"},
+    )
+    await _admin(gateway, "POST", f"/routes/{ROUTE}/canary", json={"percent": 100, "reason": "go"})
+    stranded = (await gateway.create({"version": VERSION, "input": {"prompt": "x"}}))["id"]
+    await _refused(gateway, [stranded])
+    await _set(gateway, stranded, leased_until=gateway.clock.now() + timedelta(seconds=30))
+    entry = await _admin(gateway, "POST", f"/routes/{ROUTE}/rollback",
+                         json={"reason": "the candidate is down"})
+    assert entry["evidence"]["rescued"]["count"] == 0  # its submit was under way
+    await _set(gateway, stranded, leased_until=None)  # ... and found no connection
+    guard = next(loop for loop in gateway.app[LOOPS] if loop.name is LoopName.GUARD)
+    await guard.run_once()
+    assert (await gateway.store.get(stranded)).provider == "fake"  # moved late
+
+    history = await gateway.app[keys.ROUTES].book.history(ROUTE)
+    late = history[0]
+    assert (late.who, late.action) == ("guard", "rescue")
+    assert late.evidence == {"rescued": {"count": 1, "to": "fake", "predictions": [stranded]}}
+    assert late.before == late.after and late.after["canary_percent"] == 0
+    assert "under way at the rollback" in late.reason
+    events = [json.loads(r.payload) for r in await outbox_rows(gateway.store.engine)
+              if r.event == "operator"]
+    assert [e["type"] for e in events] == [
+        "route.canary_changed", "route.rolled_back", "route.rescued"]
+    assert events[-1]["data"]["audit_id"] == late.id
+    assert events[-1]["data"]["evidence"]["rescued"]["predictions"] == [stranded]
+    await guard.run_once()  # nothing more to move: nothing more written
+    assert len(await gateway.app[keys.ROUTES].book.history(ROUTE)) == len(history)

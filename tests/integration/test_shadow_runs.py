@@ -73,7 +73,57 @@ async def test_a_shadow_is_a_hidden_linked_row_on_the_candidate(shadowed):
     # operators see it
     owner = await (await shadowed.client.get(f"/admin/predictions/{made['id']}",
                                              headers=ADMIN)).json()
-    assert owner["shadows"] == [{"id": shadow.id, "provider": "fake2", "state": "creating"}]
+    assert owner["shadows"] == [{"id": shadow.id, "arm": "shadow", "provider": "fake2",
+                                 "state": "creating", "skipped": None}]
+
+
+async def test_a_primarys_skipped_shadows_are_listed_as_skips_with_their_reason(
+    shadowed: GatewayHarness,
+) -> None:
+    """A skip row (docs/shadow.md, "Skips") is the record that the primary got no shadow,
+    and why: the operators' view of the primary lists it as skipped with the report's
+    reason, not as a shadow prediction that was canceled or failed."""
+    async def shadows_of(body_input: dict[str, Any]) -> list[dict[str, Any]]:
+        made = await shadowed.create({"version": VERSION, "input": body_input})
+        await shadowed.settle()
+        response = await shadowed.client.get(f"/admin/predictions/{made['id']}",
+                                             headers=ADMIN)
+        listed: list[dict[str, Any]] = (await response.json())["shadows"]
+        return listed
+
+    sent = await shadows_of({"prompt": "x", "n": 1})
+    assert [(s["state"], s["skipped"]) for s in sent] == [("queued", None)]
+    field = await shadows_of({"prompt": "x", "n": 9})  # the rule says n <= 5
+    assert [(s["arm"], s["state"]) for s in field] == [("shadow", "canceled")]
+    assert field[0]["skipped"]["reason"] == "policy_field"
+    assert field[0]["skipped"]["error"].startswith(SKIPPED)
+    size = await shadows_of({"prompt": "x" * 300, "n": 1})  # over max_input_bytes (200)
+    assert size[0]["skipped"]["reason"] == "policy_size"
+    shadowed.app[keys.PROVIDERS]["fake2"].adapter.reject = True  # type: ignore[attr-defined]
+    refused = await shadows_of({"prompt": "x", "n": 2})
+    assert refused[0]["state"] == "failed" and refused[0]["skipped"]["reason"] == (
+        "provider_refused")
+
+
+async def test_a_shadow_canceled_with_its_primary_before_it_was_sent_is_no_skip(
+    shadowed: GatewayHarness,
+) -> None:
+    """The app cancels the primary before its shadow is sent: the shadow ends canceled
+    with it. That is no skip; the report counted it ``provider_refused`` (the reason of
+    any shadow that ended unsent without a policy, budget or wait error)."""
+    made = await shadowed.create({"version": VERSION, "input": {"prompt": "x", "n": 1}})
+    response = await shadowed.client.post(f"/v1/predictions/{made['id']}/cancel",
+                                          headers=shadowed.headers)
+    assert response.status == 200
+    await shadowed.settle()
+    owner = await (await shadowed.client.get(f"/admin/predictions/{made['id']}",
+                                             headers=ADMIN)).json()
+    assert owner["state"] == "canceled"
+    assert [(s["state"], s["skipped"]) for s in owner["shadows"]] == [("canceled", None)]
+    report = await shadowed.client.get(f"/admin/routes/{ROUTE}/shadow-report?format=json",
+                                       headers=ADMIN)
+    assert report.status == 200
+    assert (await report.json())["coverage"] == {"shadowed": 0, "skipped": {}}
 
 
 async def test_the_shadow_never_touches_the_primary_or_the_apps_webhooks(shadowed):
