@@ -58,6 +58,9 @@ _PREFIXES = ("/v1", "")
 # The store keeps "<16 hex of the token's SHA-256>:<key>" in a 255-character column.
 MAX_IDEMPOTENCY_KEY_CHARS = 255 - SCOPE_CHARS - 1
 _IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]+")  # printable ASCII
+# GET's answer headers, made once: aiohttp would build the Content-Type from
+# content_type and charset on every response (docs/benchmarks.md)
+_JSON_HEADERS = {"Content-Type": "application/json; charset=utf-8"}
 
 
 def _route(method: str, path: str) -> Callable[[Handler], Handler]:
@@ -189,7 +192,7 @@ async def create_deployment_prediction(request: web.Request) -> web.Response:
 async def get_prediction(request: web.Request) -> web.Response:
     """``GET /v1/predictions/{id}`` (§2.4)."""
     body = await _service(request).get_json(request.match_info["id"], _tenant(request))
-    return web.Response(body=body, content_type="application/json", charset="utf-8")
+    return web.Response(body=body, headers=_JSON_HEADERS)
 
 
 @_route("POST", "/predictions/{id}/cancel")

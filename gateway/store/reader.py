@@ -15,6 +15,7 @@ read instead; on PostgreSQL the engine always does, with statements built once h
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -27,7 +28,9 @@ from contracts.job import Job
 from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.pgreads import RowReads
+from gateway.store.engine.walstamp import WalStamp
 from gateway.store.schema import UTCDateTime, jobs
+from gateway.store.versions import SqliteVersions
 
 __all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "RowVersion", "SqliteReads", "job_of"]
 
@@ -102,6 +105,8 @@ class SqliteReads:
         is_file = engine.dialect.name == "sqlite" and url.database not in (None, "", ":memory:")
         self._path: str | None = url.database if is_file else None
         self._conn: sqlite3.Connection | None = None
+        self._wal: WalStamp | None = None
+        self._wal_tried = False
 
     @property
     def available(self) -> bool:
@@ -111,17 +116,40 @@ class SqliteReads:
         if self._path is None:
             return None
         try:
-            if self._conn is None:
-                conn = sqlite3.connect(
-                    self._path, timeout=READ_TIMEOUT_S, isolation_level=None,
-                    check_same_thread=False, cached_statements=64,
-                )
-                conn.execute("PRAGMA query_only = 1")
-                self._conn = conn
             # fetchall steps each statement to its end: no read transaction stays open
-            return self._conn.execute(sql, params).fetchall()
+            return self._open(self._path).execute(sql, params).fetchall()
         except sqlite3.OperationalError:
             return None
+
+    def _open(self, path: str) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                path, timeout=READ_TIMEOUT_S, isolation_level=None,
+                check_same_thread=False, cached_statements=64,
+            )
+            conn.execute("PRAGMA query_only = 1")
+            self._conn = conn
+        return self._conn
+
+    def stamp(self) -> bytes | None:
+        """The database's change stamp now (:mod:`gateway.store.engine.walstamp`): equal
+        stamps at two moments mean nothing was committed in between, by any process. None
+        when it cannot be told (not WAL mode, no read made yet, a commit being written).
+        Read it *before* the read it is to vouch for."""
+        if self._wal is None:
+            if self._wal_tried or self._path is None:
+                return None
+            self._wal_tried = True  # once per connection
+            try:
+                conn = self._open(self._path)
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    return None
+                conn.execute("PRAGMA schema_version").fetchall()  # a read: its WAL open
+                self._wal = WalStamp(self._path)  # mapped once this connection holds it
+            except (sqlite3.Error, OSError):
+                return None
+        return self._wal.read()
 
     def job(self, job_id: str) -> tuple[Job | None] | None:
         """``(job or None,)``, or None when this reader cannot answer."""
@@ -137,6 +165,18 @@ class SqliteReads:
         if rows is None:
             return None
         return (((rows[0][0], rows[0][1]), rows[0][2], rows[0][3]) if rows else None,)
+
+    def versions(self, job_ids: Sequence[str]) -> dict[str, tuple[RowVersion, str, str]] | None:
+        """``{id: ((row_version, updated_at), tenant, arm)}`` of the jobs among ``job_ids``
+        that exist, from one statement, or None when this reader cannot answer. The ids are
+        padded to a power of two (the last one repeated), so a few statements, prepared
+        once, serve every batch size."""
+        size = 1 << (len(job_ids) - 1).bit_length()
+        padded = [*job_ids, *[job_ids[-1]] * (size - len(job_ids))]
+        rows = self._rows(_versions_sql(size), padded)
+        if rows is None:
+            return None
+        return {row[0]: ((row[1], row[2]), row[3], row[4]) for row in rows}
 
     def current(self, job_id: str) -> tuple[tuple[Job, RowVersion] | None] | None:
         """``((job, its row version) or None,)`` from one read, or None when this reader
@@ -210,6 +250,10 @@ class SqliteReads:
         return None if rows is None else [_from_sqlite(row) for row in rows]
 
     def close(self) -> None:
+        if self._wal is not None:  # unmapped while the connection still holds the file
+            self._wal.close()
+            self._wal = None
+        self._wal_tried = False
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -228,6 +272,7 @@ class JobReader:
     def __init__(self, store: Any) -> None:
         self._store = store
         self._fast: SqliteReads = store.fast_reads
+        self._versions = SqliteVersions(self._fast)  # known and batched (store/versions.py)
         engine = store.engine
         self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
                     if engine.dialect.name == "postgresql" else None)
@@ -243,10 +288,16 @@ class JobReader:
 
     async def version(self, job_id: str) -> tuple[RowVersion, str, str] | None:
         """``((row_version, updated_at), tenant, arm)`` of the job, None if there is none:
-        one primary-key read of four small columns (on PostgreSQL one round trip)."""
-        fast = self._fast.version(job_id)
-        if fast is not None:
-            return fast[0]
+        one primary-key read of four small columns, batched with the other GETs waiting
+        (on PostgreSQL one round trip); on SQLite none while nothing was committed since
+        this job's last read (:mod:`gateway.store.versions`)."""
+        if self._versions.available:
+            known = self._versions.known(job_id)
+            if known is not None:
+                return known
+            read = await self._versions.read(job_id)
+            if read is not None:
+                return read[0]
         batched = await self._pg.row(job_id) if self._pg is not None else None
         if batched is not None:
             row = batched[0]
@@ -289,6 +340,13 @@ class JobReader:
             limit=limit, before=before, after=after,
             created_after=created_after, created_before=created_before, tenant=tenant,
         )
+
+
+@functools.cache
+def _versions_sql(size: int) -> str:
+    marks = ", ".join("?" * size)
+    return ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "  # noqa: S608
+            f"WHERE id IN ({marks})")
 
 
 def _page_sql(
