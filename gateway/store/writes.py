@@ -37,7 +37,7 @@ from contracts.job import Job
 from gateway.clock import Clock
 from gateway.store import ordering, outbox
 from gateway.store.engine.aio import Connection, Engine
-from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, in_list
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, bound, in_list
 from gateway.store.engine.group import Group, update_rows
 from gateway.store.handoff import Handed
 from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
@@ -251,8 +251,8 @@ class JobWrites:
         shapes: dict[tuple[str, ...], list[list[Any]]] = {}
         for item in going:
             names = tuple(sorted(item.values))
-            shapes.setdefault(names, []).append(
-                [*_bound(self._dialect, names, item.values), item.old.id, item.old.state.value])
+            params = bound(jobs, self._dialect, names, item.values)
+            shapes.setdefault(names, []).append([*params, item.old.id, item.old.state.value])
         for names, params in shapes.items():
             conn.executemany(_update_sql(names), params)
         unsure = sorted(item.old.id for item in going if not _stored_as_given(item.values))
@@ -303,24 +303,6 @@ def _update_sql(names: tuple[str, ...]) -> str:
     column names: one string per set of columns)."""
     sets = ", ".join(f"{name} = ?" for name in names)
     return f"UPDATE jobs SET {sets} WHERE id = ? AND state = ?"  # noqa: S608 (column names)
-
-
-def _bound(dialect: sa.Dialect, names: tuple[str, ...], values: dict[str, Any]) -> list[Any]:
-    """``values`` of the columns ``names`` as SQLAlchemy binds them on ``dialect``: each
-    column type's own bind processor (JSON text, SQLite datetime strings, booleans)."""
-    out = []
-    for name in names:
-        process = _bind_processor(dialect, name)
-        value = values[name]
-        out.append(value if process is None else process(value))
-    return out
-
-
-@functools.lru_cache(maxsize=128)
-def _bind_processor(dialect: sa.Dialect, name: str) -> Callable[[Any], Any] | None:
-    """The bind processor of column ``name`` on ``dialect`` (its dialect's own type)."""
-    column_type = jobs.c[name].type
-    return column_type.dialect_impl(dialect).bind_processor(dialect)
 
 
 def _small(jobs_: list[Job]) -> bool:
