@@ -18,6 +18,12 @@ its own id (the group's COMMIT went through but its answer was lost) is that cre
 committed: it gets its 201, not a 500 for a prediction that then runs anyway. The answer
 is built from the inserted values themselves: nothing is read back.
 
+On a SQLite file the group's ``INSERT`` runs through the standard library's ``sqlite3``
+(:mod:`gateway.store.engine.fastwrite`), the values bound by the columns' own SQLAlchemy
+bind processors, when they are small (a large input is copied into SQLite off the event
+loop, by the engine); whatever fails there (a reused key, a locked file) is rolled back
+and goes through the engine as before.
+
 A flusher cancelled before it answered its group (at shutdown) answers it, and the creates
 queued behind it, with :class:`contracts.errors.ServiceUnavailable` (503, retry): its
 commit may or may not have happened, and only a commit seen to succeed earns a 201
@@ -27,9 +33,12 @@ commit may or may not have happened, and only a commit seen to succeed earns a 2
 from __future__ import annotations
 
 import asyncio
+import functools
+from typing import Any
 
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, bound
 from gateway.store.engine.group import Group
 from gateway.store.jobs import JobStore, NewJob
 from gateway.store.records import new_row
@@ -37,6 +46,7 @@ from gateway.store.schema import jobs
 
 __all__ = ["CreateBatcher"]
 
+INLINE_BYTES = 64 * 1024  # a group's text and bytes copied into SQLite on the event loop
 MAX_GROUP = 250  # creates per INSERT (two rows with a shadow): under SQLite's 32,766
 # bound parameters
 _New = tuple[NewJob, NewJob | None]  # a create and its shadow
@@ -58,6 +68,7 @@ class CreateBatcher:
     def __init__(self, store: JobStore, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._clock = clock
+        self._fast: FastWrites | None = None  # small groups on SQLite (module docstring)
         self._group: Group[_New, tuple[Job, bool]] = Group(
             "creates",
             lambda group: self._insert(group),
@@ -86,6 +97,40 @@ class CreateBatcher:
             now = new.created_at or self._clock.now()
             primaries.append(new_row(new, now))
             rows += [primaries[-1], *([new_row(shadow, now)] if shadow is not None else [])]
-        async with self._store.engine.begin() as conn:
-            await conn.execute(jobs.insert(), rows)
+        if self._fast is None:
+            self._fast = FastWrites(self._store.engine)
+        try:
+            done = self._fast.run(functools.partial(self._insert_fast, rows))
+        except _Large:
+            done = None  # rolled back: nothing written
+        if done is None:
+            async with self._store.engine.begin() as conn:
+                await conn.execute(jobs.insert(), rows)
         return [(Job.model_validate(row), True) for row in primaries]
+
+    def _insert_fast(self, rows: list[dict[str, Any]], conn: SqliteConnection) -> bool:
+        """The group's rows through ``sqlite3`` in :meth:`FastWrites.run`'s transaction;
+        :class:`_Large` (rolled back, nothing written) when a value is too large to copy
+        on the event loop."""
+        dialect = self._store.engine.dialect
+        shapes: dict[tuple[str, ...], list[list[Any]]] = {}
+        for row in rows:
+            names = tuple(row)
+            params = bound(jobs, dialect, names, row)
+            if sum(len(p) for p in params if isinstance(p, str | bytes)) > INLINE_BYTES:
+                raise _Large
+            shapes.setdefault(names, []).append(params)
+        for names, params in shapes.items():
+            conn.executemany(_insert_sql(names), params)
+        return True
+
+
+class _Large(Exception):  # a signal, not an error: the group goes through the engine
+    """A value of the group is too large for the ``sqlite3`` path."""
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_sql(names: tuple[str, ...]) -> str:
+    """``INSERT INTO jobs`` the columns ``names`` (fixed column names)."""
+    marks = ", ".join("?" * len(names))
+    return f"INSERT INTO jobs ({', '.join(names)}) VALUES ({marks})"  # noqa: S608

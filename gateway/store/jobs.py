@@ -388,11 +388,11 @@ class JobStore(Claims):
             return None if old.state.terminal else outcome_values(old, outcome, self._clock.now())
 
         async def record_assets(conn: Connection) -> None:
-            if outcome.assets:
-                now = self._clock.now()
-                await conn.execute(
-                    assets.insert(),
-                    [{**a.__dict__, "job_id": job_id, "created_at": now} for a in outcome.assets],
-                )
+            now = self._clock.now()
+            await conn.execute(
+                assets.insert(),
+                [{**a.__dict__, "job_id": job_id, "created_at": now} for a in outcome.assets],
+            )
 
-        return await self._write(job_id, decide, _ACTIVE, also=record_assets)
+        also = record_assets if outcome.assets else None  # none: the sqlite3 path may take it
+        return await self._write(job_id, decide, _ACTIVE, also=also)

@@ -32,13 +32,18 @@ from gateway.store.engine.walstamp import WalStamp
 from gateway.store.schema import UTCDateTime, jobs
 from gateway.store.versions import SqliteVersions
 
-__all__ = ["GET_JOB", "GET_LEASED_JOB", "JobReader", "RowVersion", "SqliteReads", "job_of"]
+__all__ = [
+    "GET_JOB", "GET_LEASED_JOB", "ROWS_SQL", "JobReader", "RowVersion", "SqliteReads", "job_of",
+]
 
 _COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 _NAMES = [c.name for c in _COLUMNS]
 _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
 _CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
+ROWS_SQL = f"SELECT {_LIST} FROM jobs WHERE id IN ({{}})"  # noqa: S608 (format: placeholders)
+"""The rows :meth:`SqliteReads.rows` reads, ``{}`` for the ``IN`` list's placeholders
+(:func:`gateway.store.engine.fastwrite.in_list`)."""
 GET_JOB = sa.select(*_COLUMNS).where(jobs.c.id == sa.bindparam("job_id"))
 # A job with its lease (the provider-event processor: gateway/store/applying.py).
 _LEASED_SQL = f"SELECT {_LIST}, lease_owner, leased_until FROM jobs WHERE id = ?"  # noqa: S608
@@ -209,7 +214,7 @@ class SqliteReads:
         gives them (not converted: equal rows are equal jobs; :func:`job_of` converts),
         or None when this reader cannot answer."""
         marks = ", ".join("?" * len(job_ids))
-        rows = self._rows(f"SELECT {_LIST} FROM jobs WHERE id IN ({marks})", job_ids)  # noqa: S608
+        rows = self._rows(ROWS_SQL.format(marks), job_ids)
         return None if rows is None else {row[0]: tuple(row) for row in rows}
 
     def callback_token(self, job_id: str) -> tuple[tuple[str, str] | None] | None:

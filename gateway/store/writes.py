@@ -9,11 +9,22 @@ together (the dispatcher records a round's submits at once, the event processor 
 round's completions) share one read, one transaction and one ``UPDATE`` per set of
 columns; two writes of one job never share a group. A group that fails is run again
 write by write, so a value one job's write cannot store fails that write alone.
+
+On a SQLite file, a group that writes no outbox row and runs nothing beside its updates
+(the common case of a prediction without a webhook: its submit, progress and terminal
+write) runs through the standard library's ``sqlite3``
+(:mod:`gateway.store.engine.fastwrite`): the same check, the same ``UPDATE`` with the
+values converted by the columns' own SQLAlchemy bind processors, in one synchronous
+transaction, at a fraction of the engine's per-transaction and per-statement cost
+(docs/benchmarks.md, "A run() with its job writes on sqlite3"). Whatever it cannot do
+there (locked, an error, a value that needs an outbox row after all) goes through the
+engine as before, nothing having been written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,9 +37,10 @@ from contracts.job import Job
 from gateway.clock import Clock
 from gateway.store import ordering, outbox
 from gateway.store.engine.aio import Connection, Engine
+from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, bound, in_list
 from gateway.store.engine.group import Group, update_rows
 from gateway.store.handoff import Handed
-from gateway.store.reader import SqliteReads, job_of
+from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import job_from_row
 from gateway.store.schema import UTCDateTime, jobs
 
@@ -84,6 +96,8 @@ class JobWrites:
         self._planner = planner
         self._reads = reads
         self._clock = clock
+        self._fast = FastWrites(engine)  # groups without outbox rows, on SQLite (module doc)
+        self._dialect = engine.dialect
         self._group: Group[Write, Job | None] = Group(
             "job-writes", self._run, max_items=MAX_GROUP, key=lambda w: w.job_id
         )
@@ -173,7 +187,16 @@ class JobWrites:
     async def _transaction(
         self, ready: list[_Ready], results: dict[int, Any], handed: Handed
     ) -> list[int]:
-        raced: list[int] = []
+        if all(item.plan.events == () and item.write.also is None for item in ready):
+            try:
+                done = self._fast.run(lambda conn: self._transaction_fast(conn, ready))
+            except _NeedsEngine:
+                done = None  # rolled back: nothing written
+            if done is not None:
+                raced, fast_results = done
+                results.update(fast_results)
+                return raced
+        raced = []
         async with self._engine.begin() as conn:
             unchanged = await self._unchanged(conn, ready)
             going = []
@@ -202,6 +225,49 @@ class JobWrites:
             await self._planner.write_many(conn, transitions, self._clock.now(), handed)
         return raced
 
+    def _transaction_fast(
+        self, conn: SqliteConnection, ready: list[_Ready]
+    ) -> tuple[list[int], dict[int, Job | None]]:
+        """:meth:`_transaction` on ``sqlite3`` inside ``BEGIN IMMEDIATE`` (module
+        docstring): the rows compared as stored, updated, and read back only where a value
+        may come back changed. Raises :class:`_NeedsEngine` when a job's write turns out to
+        cause outbox events (a value the store normalised)."""
+        ids = sorted(item.old.id for item in ready)  # one lock order in every process
+        held = {row[0]: tuple(row) for row in conn.execute(ROWS_SQL.format(in_list(len(ids))),
+                                                           ids)}
+        raced: list[int] = []
+        going: list[_Ready] = []
+        for item in ready:
+            row = held.get(item.old.id)
+            if row is not None and (
+                row == item.raw if item.raw is not None else job_of(row) == item.old
+            ):
+                going.append(item)
+            else:
+                raced.append(item.index)  # changed since it was read: decide again
+        written: dict[int, Job | None] = {}
+        if not going:
+            return raced, written
+        shapes: dict[tuple[str, ...], list[list[Any]]] = {}
+        for item in going:
+            names = tuple(sorted(item.values))
+            params = bound(jobs, self._dialect, names, item.values)
+            shapes.setdefault(names, []).append([*params, item.old.id, item.old.state.value])
+        for names, params in shapes.items():
+            conn.executemany(_update_sql(names), params)
+        unsure = sorted(item.old.id for item in going if not _stored_as_given(item.values))
+        back = ({row[0]: job_of(row) for row in conn.execute(
+            ROWS_SQL.format(in_list(len(unsure))), unsure)} if unsure else {})
+        for item in going:
+            new = back.get(item.old.id) if item.old.id in back else item.predicted
+            if item.old.id in unsure and new != item.predicted and new is not None:
+                if self._planner.plan(item.old, new).events:
+                    raise _NeedsEngine
+            written[item.index] = new
+            if new is not None and item.old.state is not new.state:
+                outbox.log_transition(item.old, new)
+        return raced, written
+
     async def _read(
         self, ids: list[str], *, fast: bool
     ) -> tuple[dict[str, Job], dict[str, tuple[Any, ...]] | None]:
@@ -225,6 +291,18 @@ class JobWrites:
                 return {item.old.id for item in ready if rows.get(item.old.id) == item.raw}
         locked = await _select(conn, ids, lock=True)
         return {item.old.id for item in ready if locked.get(item.old.id) == item.old}
+
+
+class _NeedsEngine(Exception):  # a signal, not an error: the group goes through the engine
+    """A write of the ``sqlite3`` path would cause outbox events; rolled back."""
+
+
+@functools.lru_cache(maxsize=64)
+def _update_sql(names: tuple[str, ...]) -> str:
+    """``UPDATE jobs SET`` the columns ``names`` ``WHERE`` the id and state match (fixed
+    column names: one string per set of columns)."""
+    sets = ", ".join(f"{name} = ?" for name in names)
+    return f"UPDATE jobs SET {sets} WHERE id = ? AND state = ?"  # noqa: S608 (column names)
 
 
 def _small(jobs_: list[Job]) -> bool:

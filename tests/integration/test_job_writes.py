@@ -87,3 +87,19 @@ async def test_a_row_changed_after_it_was_read_is_decided_again(
     assert seen[-1] == "other" and len(seen) == 2
     assert written is not None and written.logs == "decided on other"
     assert written == await gateway.store.get(created["id"])
+
+
+async def test_on_a_sqlite_file_a_write_without_outbox_rows_commits_through_sqlite3(
+    gateway: GatewayHarness,
+) -> None:
+    """The write's group runs on the ``sqlite3`` connection of :mod:`gateway.store.writes`
+    (what its module docstring says), and answers the job a read returns."""
+    writes = gateway.store._writes
+    if not writes._fast._path:
+        pytest.skip("the sqlite3 path is SQLite's")
+    created = await gateway.create({"version": VERSION, "input": {"n": 1}})
+    assert writes._fast._conn is None  # nothing written through it yet
+    written = await _write(gateway, created["id"], {"logs": "one\n", "output": ["a"]})
+    assert writes._fast._conn is not None
+    assert written == await gateway.store.get(created["id"])
+    assert written is not None and written.output == ["a"]

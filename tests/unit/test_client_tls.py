@@ -15,6 +15,7 @@ import trustme
 from aiohttp import web
 
 from adapters import transport
+from adapters.aiotransport import AiohttpTransport
 from adapters.cog import CogAdapter
 from adapters.remote_fake import RemoteFakeAdapter
 from adapters.tls import client_context
@@ -23,6 +24,8 @@ from gateway.files import download
 
 
 def _context_of(client: httpx.AsyncClient) -> ssl.SSLContext:
+    if isinstance(client._transport, AiohttpTransport):  # the Cog adapter's
+        return client._transport.ssl_context
     return client._transport._pool._ssl_context  # type: ignore[attr-defined]
 
 

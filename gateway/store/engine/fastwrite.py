@@ -26,15 +26,18 @@ uses the engine instead:
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
 
 from gateway.store.engine import checkpoint, db
 from gateway.store.engine.aio import Engine
 
-__all__ = ["FastWrites", "SqliteConnection", "in_list", "sqlite_time"]
+__all__ = ["FastWrites", "SqliteConnection", "bound", "in_list", "sqlite_time"]
 
 T = TypeVar("T")
 SqliteConnection = sqlite3.Connection
@@ -122,3 +125,22 @@ class FastWrites:
 def in_list(count: int) -> str:
     """``?, ?, ...``: ``count`` placeholders for an ``IN (...)``."""
     return ", ".join("?" * count)
+
+
+def bound(table: sa.Table, dialect: sa.Dialect, names: Sequence[str],
+          values: dict[str, Any]) -> list[Any]:
+    """``values`` of ``table``'s columns ``names``, in that order, as SQLAlchemy binds
+    them on ``dialect``: each column type's own bind processor (JSON as text, datetimes
+    as SQLite's strings), so a row written here is the row the engine would write."""
+    out = []
+    for name in names:
+        process = _bind_processor(table, dialect, name)
+        value = values[name]
+        out.append(value if process is None else process(value))
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _bind_processor(table: sa.Table, dialect: sa.Dialect, name: str
+                    ) -> Callable[[Any], Any] | None:
+    return table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
