@@ -11,7 +11,6 @@ left behind without waking anyone).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,29 +58,77 @@ assert sorted(_ACTIVE) == ["creating", "queued", "running"]
 assert DeliveryStatus.PENDING.value == "pending"
 
 
-def _when(next_at: Any, leased_until: Any, now: datetime) -> Any:
+# The engine's statements (PostgreSQL, and SQLite when the lock-free reader cannot
+# answer), built once with the time bound at execution: built on every call they were
+# about a fifth of the PostgreSQL gateway's CPU profile of a `run()` (docs/benchmarks.md).
+_NOW: sa.BindParameter[datetime] = sa.bindparam("due_now", type_=jobs.c.next_attempt_at.type)
+
+
+def _when(next_at: Any, leased_until: Any) -> Any:
     """A row's due time: its lease's end while leased, else its own next time."""
-    return sa.case((leased_until > now, leased_until), else_=next_at)
+    return sa.case((leased_until > _NOW, leased_until), else_=next_at)
 
 
-def _events_query(now: datetime) -> sa.Select[Any]:
-    """:meth:`Due.events` for the engine, built only when SQLite's lock-free reader does not
-    answer (it was built on every call, answered or not: a few dozen SQLAlchemy
-    constructions per event-processor round, docs/benchmarks.md)."""
+def _events_query() -> sa.Select[Any]:
+    """:meth:`Due.events` for the engine."""
     leased = provider_events.c.leased_until
     earlier = provider_events.alias("earlier")
     held_back = sa.and_(
-        sa.or_(leased.is_(None), leased <= now),
+        sa.or_(leased.is_(None), leased <= _NOW),
         sa.exists().where(
             earlier.c.job_id == provider_events.c.job_id,
             earlier.c.id < provider_events.c.id,
             earlier.c.processed_at.is_(None),
-            earlier.c.leased_until > now,
+            earlier.c.leased_until > _NOW,
         ),
     )
-    return sa.select(sa.func.min(sa.case((leased > now, leased), else_=now))).where(
+    return sa.select(sa.func.min(sa.case((leased > _NOW, leased), else_=_NOW))).where(
         provider_events.c.processed_at.is_(None), ~held_back
     )
+
+
+def _reap_query() -> sa.Select[Any]:
+    """:meth:`Due.reap`'s five minimums (see there)."""
+    unsent = sa.and_(
+        jobs.c.cancel_sent_at.is_(None),
+        sa.or_(jobs.c.submitted_at.is_not(None), jobs.c.raw_status.is_(None),
+               jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
+    )
+    stopped = sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= _NOW)
+    held = sa.and_(jobs.c.submitted_at.is_(None), jobs.c.leased_until > _NOW)
+    to_send = sa.case(
+        (sa.and_(unsent, stopped, held), jobs.c.leased_until),
+        (unsent, sa.func.coalesce(jobs.c.cancel_requested_at, jobs.c.deadline)),
+        else_=None,
+    )
+    return sa.select(
+        sa.func.min(to_send),
+        sa.func.min(jobs.c.deadline),
+        sa.func.min(jobs.c.created_at),
+        sa.func.min(jobs.c.cancel_requested_at),
+        sa.func.min(jobs.c.cancel_sent_at),
+    ).where(jobs.c.state.in_(_ACTIVE))
+
+
+_DISPATCH = sa.select(sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until))).where(
+    jobs.c.state.in_(_UNSUBMITTED),
+    jobs.c.submitted_at.is_(None),
+    sa.or_(
+        jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # the cancel goes via the provider
+        sa.and_(
+            jobs.c.cancel_requested_at.is_(None),
+            sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > _NOW),
+        ),
+    ),
+)
+_FETCH = sa.select(sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until))).where(
+    jobs.c.state.in_(_ACTIVE), jobs.c.submitted_at.is_not(None)
+)
+_EVENTS = _events_query()
+_DELIVERY = sa.select(
+    sa.func.min(_when(outbox.c.next_attempt_at, outbox.c.leased_until))
+).where(outbox.c.status == DeliveryStatus.PENDING)
+_REAP = _reap_query()
 
 
 class Due:
@@ -100,17 +147,16 @@ class Due:
         self._reads = SqliteReads(engine) if fast else None
 
     async def _min(
-        self, query: Callable[[], sa.Select[Any]], sql: str | None = None,
-        params: tuple[Any, ...] = (),
+        self, query: sa.Select[Any], now: datetime, sql: str, params: tuple[Any, ...],
     ) -> datetime | None:
-        """The one value of the query ``query()`` builds; on SQLite ``sql`` (the same query,
-        fixed) answers it through the lock-free reader (store/reader.py) instead, which
-        costs neither building the statement nor an engine round."""
-        fast = self._reads.time(sql, params) if sql and self._reads is not None else None
+        """The one value of ``query`` at ``now``; on SQLite ``sql`` (the same query, with
+        ``params``) answers it through the lock-free reader (store/reader.py) instead,
+        which costs no engine round."""
+        fast = self._reads.time(sql, params) if self._reads is not None else None
         if fast is not None:
             return fast[0]
         async with self._engine.read() as conn:
-            return (await conn.execute(query())).scalar()
+            return (await conn.execute(query, {"due_now": now})).scalar()
 
     async def dispatch(self, now: datetime) -> datetime | None:
         """The earliest time an unsubmitted job is due for dispatch: the jobs that
@@ -119,47 +165,22 @@ class Due:
         One no submit can have reached is the reaper's once canceled or past its
         deadline: it kept an idle dispatcher going round every ``loop_interval_s`` (an
         empty claim each time) until the reaper ended it."""
-        return await self._min(
-            lambda: sa.select(
-                sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until, now))
-            ).where(
-                jobs.c.state.in_(_UNSUBMITTED),
-                jobs.c.submitted_at.is_(None),
-                sa.or_(
-                    jobs.c.raw_status.in_(MAYBE_SUBMITTED),  # the cancel goes via the provider
-                    sa.and_(
-                        jobs.c.cancel_requested_at.is_(None),
-                        sa.or_(jobs.c.deadline.is_(None), jobs.c.deadline > now),
-                    ),
-                ),
-            ),
-            _DISPATCH_SQL, (now, now),
-        )
+        return await self._min(_DISPATCH, now, _DISPATCH_SQL, (now, now))
 
     async def fetch(self, now: datetime) -> datetime | None:
         """The earliest time a submitted job is due for a poll or watchdog probe."""
-        return await self._min(
-            lambda: sa.select(
-                sa.func.min(_when(jobs.c.next_attempt_at, jobs.c.leased_until, now))
-            ).where(jobs.c.state.in_(_ACTIVE), jobs.c.submitted_at.is_not(None)),
-            _FETCH_SQL, (now,),
-        )
+        return await self._min(_FETCH, now, _FETCH_SQL, (now,))
 
     async def events(self, now: datetime) -> datetime | None:
         """When a stored, unapplied provider event can next be claimed. An unleased one
         that an earlier leased event of its job holds back (docs/lifecycle.md, "Order of
         a job's provider events") counts from that event's lease end, not now: it kept an
         idle processor going round every ``loop_interval_s`` through a retry's backoff."""
-        return await self._min(lambda: _events_query(now), _EVENTS_SQL, (now, now, now, now))
+        return await self._min(_EVENTS, now, _EVENTS_SQL, (now, now, now, now))
 
     async def delivery(self, now: datetime) -> datetime | None:
         """The earliest time a pending outbound webhook is due (or its lease runs out)."""
-        return await self._min(
-            lambda: sa.select(
-                sa.func.min(_when(outbox.c.next_attempt_at, outbox.c.leased_until, now))
-            ).where(outbox.c.status == DeliveryStatus.PENDING),
-            _DELIVERY_SQL, (now,),
-        )
+        return await self._min(_DELIVERY, now, _DELIVERY_SQL, (now,))
 
     async def reap(
         self, now: datetime, *, grace_s: float, resend_s: float, lifetime_s: float
@@ -178,27 +199,9 @@ class Due:
         dispatcher's, which wakes the reaper once it knows; a cancel sent is due again at
         its resend time only, so the reaper does not go round every ``loop_interval_s``
         meanwhile."""
-        unsent = sa.and_(
-            jobs.c.cancel_sent_at.is_(None),
-            sa.or_(jobs.c.submitted_at.is_not(None), jobs.c.raw_status.is_(None),
-                   jobs.c.raw_status.not_in(MAYBE_SUBMITTED)),
-        )
-        stopped = sa.or_(jobs.c.cancel_requested_at.is_not(None), jobs.c.deadline <= now)
-        held = sa.and_(jobs.c.submitted_at.is_(None), jobs.c.leased_until > now)
-        to_send = sa.case(
-            (sa.and_(unsent, stopped, held), jobs.c.leased_until),
-            (unsent, sa.func.coalesce(jobs.c.cancel_requested_at, jobs.c.deadline)),
-            else_=None,
-        )
-        query = sa.select(
-            sa.func.min(to_send),
-            sa.func.min(jobs.c.deadline),
-            sa.func.min(jobs.c.created_at),
-            sa.func.min(jobs.c.cancel_requested_at),
-            sa.func.min(jobs.c.cancel_sent_at),
-        ).where(jobs.c.state.in_(_ACTIVE))
         async with self._engine.read() as conn:
-            send, deadline, oldest, requested, sent = (await conn.execute(query)).one()
+            send, deadline, oldest, requested, sent = (
+                await conn.execute(_REAP, {"due_now": now})).one()
         grace = timedelta(seconds=grace_s)
         candidates = [
             send,
