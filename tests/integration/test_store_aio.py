@@ -171,3 +171,56 @@ async def test_a_read_on_postgresql_opens_no_transaction_and_leaves_none_behind(
     async with engine.begin() as conn:  # and a write still commits in its transaction
         await conn.execute(table.insert().values(id=2, name="kept"))
     assert await names(engine, table) == ["seen", "kept"]
+
+
+async def test_the_lifecycle_takes_a_reserved_connection_while_reads_hold_the_shared_ones(
+    database_url: str, backend: str
+) -> None:
+    """Checkouts outside the lifecycle hold at most ``pool_size - reserved`` connections;
+    one more waits (and times out with the pool's error), where the lifecycle's (and a
+    nested checkout of a task already holding a shared one) is served at once."""
+    if backend != "postgres":
+        pytest.skip("one pooled connection on SQLite, none reserved")
+    gateway = db.create_engine(database_url)
+    assert gateway.shared == db.PG_POOL_SIZE - db.PG_POOL_RESERVED
+    await gateway.dispose()
+    engine = aio.create_engine(
+        database_url,
+        pool_size=3, max_overflow=0, reserved=1, pool_timeout=0.5,
+    )
+    release = asyncio.Event()
+    held = 0
+
+    async def hold() -> None:
+        nonlocal held
+        async with engine.read() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+            async with engine.read() as nested:  # takes no second shared one
+                await nested.execute(sa.text("SELECT 1"))
+            held += 1
+            await release.wait()
+
+    try:
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        deadline = asyncio.get_running_loop().time() + 10
+        while held < 2:  # both hold their shared connection
+            assert not any(t.done() for t in holders)
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        with pytest.raises(sa.exc.TimeoutError, match="reserved"):
+            async with engine.read():
+                pass
+
+        async def lifecycle() -> int:
+            async with engine.begin() as conn:
+                return int((await conn.execute(sa.text("SELECT 7"))).scalar_one())
+
+        task = asyncio.create_task(lifecycle(), context=aio.lifecycle_context())
+        assert await asyncio.wait_for(task, timeout=10) == 7
+        release.set()
+        await asyncio.gather(*holders)
+        async with engine.read() as conn:  # the shared ones are given back
+            assert (await conn.execute(sa.text("SELECT 1"))).scalar_one() == 1
+    finally:
+        release.set()
+        await engine.dispose()

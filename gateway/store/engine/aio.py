@@ -39,6 +39,7 @@ Usage (the subset of ``AsyncEngine``/``AsyncConnection`` the store uses, same na
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -47,7 +48,23 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, CursorResult, Dialect, RootTransaction
 from sqlalchemy.util.concurrency import greenlet_spawn
 
-__all__ = ["Connection", "Engine", "create_engine"]
+__all__ = ["LIFECYCLE", "Connection", "Engine", "create_engine", "lifecycle_context"]
+
+LIFECYCLE: contextvars.ContextVar[bool] = contextvars.ContextVar("lifecycle", default=False)
+"""True in the tasks of the job lifecycle (the background loops, group-commit flushes):
+their checkouts may take every pooled connection, where the others (an HTTP request's
+own reads) share all but the engine's ``reserved`` ones, so no read load can leave the
+lifecycle waiting for a connection (docs/benchmarks.md, issue 23 item 3)."""
+_HOLDS_SHARED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "holds_shared", default=False)
+
+
+def lifecycle_context() -> contextvars.Context:
+    """A copy of the current context with :data:`LIFECYCLE` set: the ``context`` of a
+    lifecycle task (``asyncio.create_task(coro, context=lifecycle_context())``)."""
+    context = contextvars.copy_context()
+    context.run(LIFECYCLE.set, True)
+    return context
 
 T = TypeVar("T")
 if TYPE_CHECKING:  # SQLAlchemy 2.1 types rows with a TypeVarTuple, 2.0 with a TypeVar
@@ -56,13 +73,16 @@ if TYPE_CHECKING:  # SQLAlchemy 2.1 types rows with a TypeVarTuple, 2.0 with a T
 
 
 def create_engine(
-    url: str | URL, *, async_creator: Callable[[], Any] | None = None, **kw: Any
+    url: str | URL, *, async_creator: Callable[[], Any] | None = None, reserved: int = 0,
+    **kw: Any,
 ) -> Engine:
     """An :class:`Engine` for an asyncio dialect's ``url`` (``sqlite+aiosqlite://``,
     ``postgresql+asyncpg://``); ``kw`` are :func:`sqlalchemy.create_engine`'s (pool size,
     timeouts, ``connect_args``). ``async_creator`` (no arguments, returns an awaitable of
     the driver's connection) replaces the driver's own ``connect``, as in
-    ``create_async_engine``. No connection is opened here.
+    ``create_async_engine``. ``reserved`` connections of ``pool_size`` are the
+    lifecycle's (:data:`LIFECYCLE`): checkouts outside it hold at most ``pool_size -
+    reserved`` at once. No connection is opened here.
 
     Raises :class:`sqlalchemy.exc.ArgumentError` for a URL SQLAlchemy cannot parse or
     whose dialect has no asyncio variant (``create_engine``'s own errors).
@@ -76,7 +96,8 @@ def create_engine(
 
         kw["creator"] = creator
     sync_engine = sa.create_engine(url, _is_async=True, **kw)
-    return Engine(sync_engine)
+    shared = kw.get("pool_size", 5) + kw.get("max_overflow", 10) - reserved if reserved else None
+    return Engine(sync_engine, shared=shared, timeout_s=kw.get("pool_timeout", 30.0))
 
 
 class Engine:
@@ -84,11 +105,39 @@ class Engine:
     the Core engine underneath: its events (``connect``, ``begin``, ``commit``) are where
     listeners go."""
 
-    __slots__ = ("__weakref__", "disposals", "sync_engine")
+    __slots__ = ("__weakref__", "_shared", "_timeout_s", "disposals", "shared", "sync_engine")
 
-    def __init__(self, sync_engine: sa.Engine) -> None:
+    def __init__(
+        self, sync_engine: sa.Engine, *, shared: int | None = None, timeout_s: float = 30.0
+    ) -> None:
         self.sync_engine = sync_engine
         self.disposals = 0  # dispose() calls so far: see Connection.close
+        self.shared = shared
+        """Connections that checkouts outside :data:`LIFECYCLE` may hold at once (None:
+        no limit)."""
+        self._shared = asyncio.Semaphore(shared) if shared is not None else None
+        self._timeout_s = timeout_s
+
+    async def _share(self) -> bool:
+        """Wait for one of the shared connections unless this task may take any (the
+        lifecycle's, or one already holding a shared one: a nested checkout waiting for a
+        second would deadlock); True when one was taken (give it back with
+        :meth:`_unshare`). Raises :class:`sqlalchemy.exc.TimeoutError` (the pool's own
+        error: the HTTP edge answers 503) after the pool's timeout."""
+        if self._shared is None or LIFECYCLE.get() or _HOLDS_SHARED.get():
+            return False
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._shared.acquire()
+        except TimeoutError:
+            raise sa.exc.TimeoutError(
+                f"no shared connection within {self._timeout_s} s (the rest are reserved "
+                "for the job lifecycle)") from None
+        return True
+
+    def _unshare(self) -> None:
+        assert self._shared is not None
+        self._shared.release()
 
     @property
     def dialect(self) -> Dialect:
@@ -129,17 +178,27 @@ class Connection:
     """One pooled connection (``AsyncConnection``'s part the store uses); entered with
     ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
 
-    __slots__ = ("_autocommit", "_disposals", "engine", "sync_connection")
+    __slots__ = ("_autocommit", "_disposals", "_holds", "_shared", "engine", "sync_connection")
 
     def __init__(self, engine: Engine, *, autocommit: bool = False) -> None:
         self.engine = engine
         self.sync_connection: sa.Connection | None = None
         self._disposals = engine.disposals
         self._autocommit = autocommit
+        self._shared = False
+        self._holds: contextvars.Token[bool] | None = None
 
     async def __aenter__(self) -> Connection:
         self._disposals = self.engine.disposals
-        self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
+        self._shared = await self.engine._share()
+        if self._shared:  # this task's nested checkouts take no second one
+            self._holds = _HOLDS_SHARED.set(True)
+        try:
+            self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
+        except BaseException:
+            self._unhold()
+            self._release()
+            raise
         if self._autocommit:  # a flag of the driver's connection: no round trip
             self.sync_connection = await greenlet_spawn(
                 self.sync_connection.execution_options, isolation_level="AUTOCOMMIT"
@@ -150,7 +209,18 @@ class Connection:
         self, type_: type[BaseException] | None, value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._unhold()
         await _run_to_completion(self.close())
+
+    def _unhold(self) -> None:
+        """Reset :data:`_HOLDS_SHARED` in the task that set it (the close runs in a task
+        of its own: see :func:`_run_to_completion`)."""
+        holds, self._holds = self._holds, None
+        if holds is not None:
+            try:
+                _HOLDS_SHARED.reset(holds)
+            except ValueError:  # left in another task than it was entered in
+                _HOLDS_SHARED.set(False)
 
     @property
     def dialect(self) -> Dialect:
@@ -193,10 +263,18 @@ class Connection:
         """Roll back whatever is open and return the connection to the pool; closed
         instead when the engine was disposed of since it was taken (docs/reliability.md,
         "Shutdown and the store")."""
-        if self.sync_connection is not None:
-            if self._disposals != self.engine.disposals:
-                await greenlet_spawn(self.sync_connection.invalidate)
-            await greenlet_spawn(self.sync_connection.close)
+        try:
+            if self.sync_connection is not None:
+                if self._disposals != self.engine.disposals:
+                    await greenlet_spawn(self.sync_connection.invalidate)
+                await greenlet_spawn(self.sync_connection.close)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._shared:
+            self._shared = False
+            self.engine._unshare()
 
 
 class _Begin:
@@ -213,6 +291,7 @@ class _Begin:
         try:
             self._transaction = await greenlet_spawn(_enter_transaction, conn._sync())
         except BaseException:
+            conn._unhold()
             await _run_to_completion(conn.close())
             raise
         return conn
@@ -225,6 +304,7 @@ class _Begin:
             if self._transaction is not None:  # commit, or roll back on an exception
                 await greenlet_spawn(self._transaction.__exit__, type_, value, traceback)
         finally:
+            self._connection._unhold()
             await _run_to_completion(self._connection.close())
 
 

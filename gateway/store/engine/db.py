@@ -82,6 +82,17 @@ checkout was three of a GET's six round trips: docs/benchmarks.md). One the serv
 closed (a restart, ``pg_terminate_backend``, an idle reaper) is replaced without a ping:
 the driver saw the close. One that vanished silently within this window fails its
 statement, which invalidates it (docs/reliability.md, "Dependency outages")."""
+PG_POOL_SIZE = 20
+"""PostgreSQL connections of the process's pool, all kept open once made. It was 10 and
+10 more "overflow" ones, each opened for a burst and closed when given back: under
+1,000 polling callers a burst of GETs opened and closed connections all the time (a
+server backend started for each), and a checkout waited up to 1.2 s for one, the job
+lifecycle's too (docs/benchmarks.md, issue 23 item 3)."""
+PG_POOL_RESERVED = 8
+"""Of :data:`PG_POOL_SIZE`, the connections only the job lifecycle (the background loops
+and group-commit flushes: :data:`gateway.store.engine.aio.LIFECYCLE`) may take: an HTTP
+request's own reads hold at most the other 12, so no read load starves a webhook's apply
+or the finalizer of a connection."""
 # SQLSTATE classes and codes that mean "the server is not there for us right now":
 # connection exceptions (08), shutdown or crash (57P01-57P03), too many connections (53300).
 _UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03", "53300")
@@ -143,7 +154,7 @@ def create_engine(
         return engine
     if url.drivername == "postgresql+asyncpg":
         engine = aio.create_engine(
-            url, pool_size=10, max_overflow=10,
+            url, pool_size=PG_POOL_SIZE, max_overflow=0, reserved=PG_POOL_RESERVED,
             connect_args={"timeout": PG_CONNECT_TIMEOUT_S,
                           "command_timeout": statement_timeout_s},
         )

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from contracts.errors import ServiceUnavailable
-from gateway.store.engine.aio import Connection
+from gateway.store.engine.aio import Connection, lifecycle_context
 
 __all__ = ["Group", "update_rows"]
 
@@ -87,7 +87,8 @@ class Group(Generic[T, R]):
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name=f"{self._name}-group")
+            self._flusher = asyncio.create_task(  # the lifecycle's: reserved connections
+                self._flush(), name=f"{self._name}-group", context=lifecycle_context())
         return await asyncio.shield(future)
 
     def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
