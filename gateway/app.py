@@ -59,8 +59,7 @@ from gateway.store import lease
 from gateway.store.deadletters import DeadLetterRows
 from gateway.store.deliveries import DeliveryQueue
 from gateway.store.due import Due
-from gateway.store.engine import checkpoint, db
-from gateway.store.engine.aio import lifecycle_context
+from gateway.store.engine import aio, checkpoint, db
 from gateway.store.events import ProviderEvents
 from gateway.store.files import FileStore
 from gateway.store.handoff import Handoff
@@ -381,7 +380,7 @@ def _delivery(app: web.Application) -> tuple[delivery.Delivery, Handoff]:
 def _loops(run: bool) -> Callable[[web.Application], AsyncIterator[None]]:
     async def loops(app: web.Application) -> AsyncIterator[None]:
         app[LOOPS] = build_loops(app)
-        tasks = [asyncio.create_task(loop.run(), name=loop.name, context=lifecycle_context())
+        tasks = [asyncio.create_task(loop.run(), name=loop.name, context=aio.lifecycle_context())
                  for loop in app[LOOPS] if run]  # the lifecycle: reserved connections
         try:
             yield
