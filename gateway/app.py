@@ -106,7 +106,6 @@ def create_app(
     tokens = ApiTokens(tenancy.api_tokens(settings), tenancy.token_tenants(settings))
     front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
     app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
-    app.on_response_prepare.append(access.add_request_id)
     app[keys.SETTINGS], app[keys.EDGE] = settings, keys.Edge.of(settings)
     app[keys.FILE_OWNERS] = tenancy.file_owners(settings, scope_of)
     app[keys.CLOCK] = clock
