@@ -19,6 +19,7 @@ and a GET of a finished prediction is otherwise little more than aiohttp's own w
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -191,4 +192,8 @@ def _request_line(at: float, method: str, route: str, status: int, duration_ms: 
 
 
 def _json(value: str | None) -> str:
-    return orjson.dumps(value).decode()
+    """``value`` as JSON, as :class:`gateway.logs.JsonFormatter` writes a field."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:  # what orjson refuses (a str subclass), as the formatter falls back
+        return json.dumps(value, default=str)
