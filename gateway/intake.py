@@ -19,10 +19,12 @@ import random
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from adapters import errortext
 from contracts.auth import same_secret
 from contracts.errors import CutoverError, WebhookVerificationError
+from contracts.job import Job
 from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files.outputs import off_loop
@@ -30,8 +32,9 @@ from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider, provider_ref
-from gateway.store.events import ProviderEvents
+from gateway.store.events import INLINE_BYTES, Applying, ProviderEvents
 from gateway.store.jobs import JobStore
+from gateway.store.ordering import progress_columns
 from gateway.store.records import ProviderEvent
 
 __all__ = ["EventProcessor", "Intake"]
@@ -107,12 +110,51 @@ class Intake:
             return True
         # The job's next poll or probe waits: the provider has just spoken about it.
         interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
-        if not await self._events.add(
-            job_id, provider_name, body, check_after=self._clock.now() + interval
-        ):
+        check_after = self._clock.now() + interval
+        how = self._applying(provider, body)
+        if how is None:
+            if not await self._events.add(job_id, provider_name, body, check_after=check_after):
+                return False
+            self._notifier.wake(EventProcessor.name)
+            return True
+        stored = await self._events.add_applied(
+            job_id, provider_name, body, how, check_after=check_after
+        )
+        if not stored.new:
             return False
-        self._notifier.wake(EventProcessor.name)
+        if not stored.applied:
+            self._notifier.wake(EventProcessor.name)
+        elif stored.job is not None:
+            self._notifier.job_changed(job_id, stored.job)
         return True
+
+    def _applying(self, provider: Provider, body: bytes) -> Applying | None:
+        """How the event processor's :meth:`EventProcessor._apply` would apply ``body``
+        (verified) as progress, for the store to do it in the transaction that stores it
+        (:meth:`ProviderEvents.add_applied`), or None when only the processor may: not a
+        SQLite file, a large body, one that does not parse, a terminal snapshot (the
+        finalizer's), and, as the job is read there, a job that has a webhook (its outbox
+        rows), is not active, has no submit recorded, or is another provider job's."""
+        finalizer = self._finalizer
+        if (finalizer is None or len(body) > INLINE_BYTES
+                or not self._events.applies_as_stored):
+            return None
+        try:
+            snapshot = provider.adapter.parse_webhook(body)
+        except Exception:  # noqa: BLE001 (the processor parses it again and reports it)
+            return None
+        if snapshot.state.terminal:
+            return None
+        clock = self._clock
+
+        def decide(job: Job) -> dict[str, Any] | None:
+            if (job.webhook is not None or job.state.terminal or job.submitted_at is None
+                    or (job.provider_job_id is not None
+                        and snapshot.provider_job_id != job.provider_job_id)):
+                return None
+            return progress_columns(job, finalizer.progress(job, snapshot), clock.now())
+
+        return Applying(decide, errortext.kept_body(body))
 
 
     async def _late(self, provider: Provider, job_id: str) -> None:
@@ -287,6 +329,5 @@ class EventProcessor(Loop):
             )
         else:
             updated = await self._store.apply_progress(job.id, progress)
-        if updated is not None:
+        if updated is not None:  # wakes the webhook delivery when the job has a webhook
             self._notifier.job_changed(job.id, updated)
-            self._notifier.wake(LoopName.DELIVERY)

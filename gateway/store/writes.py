@@ -44,7 +44,7 @@ from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import job_from_row
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["JobWrites", "Write"]
+__all__ = ["JobWrites", "Write", "update_sql"]
 
 MAX_RACES = 5
 INLINE_BYTES = 64 * 1024  # payloads up to this are planned on the event loop (docs/lifecycle.md)
@@ -254,7 +254,7 @@ class JobWrites:
             params = bound(jobs, self._dialect, names, item.values)
             shapes.setdefault(names, []).append([*params, item.old.id, item.old.state.value])
         for names, params in shapes.items():
-            conn.executemany(_update_sql(names), params)
+            conn.executemany(update_sql(names), params)
         unsure = sorted(item.old.id for item in going if not _stored_as_given(item.values))
         back = ({row[0]: job_of(row) for row in conn.execute(
             ROWS_SQL.format(in_list(len(unsure))), unsure)} if unsure else {})
@@ -298,7 +298,7 @@ class _NeedsEngine(Exception):  # a signal, not an error: the group goes through
 
 
 @functools.lru_cache(maxsize=64)
-def _update_sql(names: tuple[str, ...]) -> str:
+def update_sql(names: tuple[str, ...]) -> str:
     """``UPDATE jobs SET`` the columns ``names`` ``WHERE`` the id and state match (fixed
     column names: one string per set of columns)."""
     sets = ", ".join(f"{name} = ?" for name in names)

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
+from gateway.http import keys
 from gateway.store.engine.aio import Engine
 from gateway.store.schema import outbox
 from gateway.webhooks.delivery import Delivery
@@ -44,6 +45,14 @@ def delivery_loop(gateway: GatewayHarness) -> Delivery:
 
 def events_loop(gateway: GatewayHarness) -> Any:
     return next(loop for loop in gateway.app[LOOPS] if loop.name == "events")
+
+
+def processor_only(gateway: GatewayHarness, monkeypatch: Any) -> None:
+    """Every provider webhook of ``gateway`` stored for its event processor, none applied
+    in the transaction that stores it (gateway/store/applied.py, SQLite only): for the
+    tests of the processor's own rules (retries, leases, marks) with progress events,
+    which that path would otherwise apply without a round."""
+    monkeypatch.setattr(gateway.app[keys.INTAKE], "_applying", lambda provider, body: None)
 
 
 async def start_job(
