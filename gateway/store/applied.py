@@ -23,10 +23,11 @@ import sqlalchemy as sa
 from contracts.job import Job
 from gateway.store import applying
 from gateway.store.engine.fastwrite import SqliteConnection, bound, sqlite_time
+from gateway.store.ordering import predicted
 from gateway.store.reader import ROWS_SQL, job_of
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs
-from gateway.store.writes import update_sql
+from gateway.store.writes import stored_as_given, update_sql
 
 __all__ = ["Applying", "Checks", "Stored", "add_fast", "apply_fast", "postponed"]
 
@@ -45,10 +46,15 @@ class Applying:
     the event is not for this path (the processor applies it). It runs inside the
     transaction: quick, and raising nothing it means (an exception is taken as None).
     ``kept`` is the body stored once applied (:func:`adapters.errortext.kept_body`).
+    With ``row`` (the job's row as :meth:`gateway.store.reader.SqliteReads.rows` read it,
+    and ``job``, that row's job), what was decided from it beforehand holds only while
+    the row is unchanged: otherwise the event is the processor's.
     """
 
     decide: Callable[[Job], dict[str, Any] | None]
     kept: bytes
+    row: tuple[Any, ...] | None = None
+    job: Job | None = None
 
 
 @dataclass(frozen=True)
@@ -96,18 +102,9 @@ def apply_fast(
     written) when the event is not applied here: its job is missing, under an apply
     lease, has an unprocessed event (which comes first), or ``how`` says no."""
     job_id = row["job_id"]
-    state = conn.execute(_APPLIABLE_SQL, (job_id, job_id)).fetchone()
-    if state is None or state[2]:
+    before = _next_in_order(conn, job_id, how, now)
+    if before is None:
         return None
-    lease_owner, leased_until, _ = state
-    if leased_until is not None and applying.held_until(
-        lease_owner, datetime.fromisoformat(leased_until).replace(tzinfo=UTC), now
-    ) is not None:
-        return None
-    found = conn.execute(_ROW_SQL, (job_id,)).fetchone()
-    if found is None:
-        return None
-    before = job_of(found)
     try:
         values = how.decide(before)
     except Exception:  # noqa: BLE001 (the processor applies it, and reports what it raises)
@@ -120,20 +117,51 @@ def apply_fast(
     )).fetchone()
     if inserted is None:
         return None, before, None  # a duplicate: nothing applied again
-    wrote = False
-    if values:
-        names = tuple(sorted(values))
-        params = bound(jobs, dialect, names, values)
-        wrote = conn.execute(update_sql(names), [*params, job_id, before.state.value]
-                             ).rowcount > 0
+    return inserted[0], before, _write(conn, before, values, check_after, dialect)
+
+
+def _next_in_order(conn: SqliteConnection, job_id: str, how: Applying, now: datetime
+                   ) -> Job | None:
+    """The job, when an event of it may be applied now: it exists, no event of it is
+    unprocessed, no apply lease is held on it, and its row is ``how.row`` if given."""
+    state = conn.execute(_APPLIABLE_SQL, (job_id, job_id)).fetchone()
+    if state is None or state[2]:
+        return None
+    lease_owner, leased_until, _ = state
+    if leased_until is not None and applying.held_until(
+        lease_owner, datetime.fromisoformat(leased_until).replace(tzinfo=UTC), now
+    ) is not None:
+        return None
+    found = conn.execute(_ROW_SQL, (job_id,)).fetchone()
+    if found is None:
+        return None
+    if how.row is None or how.job is None:
+        return job_of(found)
+    return how.job if tuple(found) == how.row else None  # else changed since decided
+
+
+def _write(conn: SqliteConnection, before: Job, values: dict[str, Any],
+           check_after: datetime | None, dialect: sa.Dialect) -> Job | None:
+    """The guarded ``UPDATE`` of :mod:`gateway.store.writes` with ``values`` (none: no
+    write), then the postponed check; the job as written (None when nothing of it was),
+    read back only where a value may come back changed (JSON)."""
+    job_id = before.id
+    postponed_to = None
     if check_after is not None:
         at = sqlite_time(check_after)
-        wrote = conn.execute(POSTPONE_SQL, (at, job_id, at)).rowcount > 0 or wrote
-    written = None
-    if values and wrote:
-        back = conn.execute(_ROW_SQL, (job_id,)).fetchone()
-        written = None if back is None else job_of(back)
-    return inserted[0], before, written
+        if conn.execute(POSTPONE_SQL, (at, job_id, at)).rowcount > 0:
+            postponed_to = check_after
+    if not values:
+        return None
+    names = tuple(sorted(values))
+    conn.execute(update_sql(names),
+                 [*bound(jobs, dialect, names, values), job_id, before.state.value])
+    if postponed_to is not None:
+        values = {"next_attempt_at": postponed_to, **values}
+    if stored_as_given(values):
+        return predicted(before, values)
+    back = conn.execute(_ROW_SQL, (job_id,)).fetchone()
+    return None if back is None else job_of(back)
 
 
 def postponed(checks: Checks, stored: Mapping[tuple[str, str], int]) -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import job_from_row
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["JobWrites", "Write", "update_sql"]
+__all__ = ["JobWrites", "Write", "stored_as_given", "update_sql"]
 
 MAX_RACES = 5
 INLINE_BYTES = 64 * 1024  # payloads up to this are planned on the event loop (docs/lifecycle.md)
@@ -208,7 +208,7 @@ class JobWrites:
             if not going:
                 return raced
             await _update(conn, going)
-            unsure = {item.old.id for item in going if not _stored_as_given(item.values)}
+            unsure = {item.old.id for item in going if not stored_as_given(item.values)}
             written = await _select(conn, sorted(unsure), lock=False) if unsure else {}
             transitions = []
             for item in going:
@@ -255,7 +255,7 @@ class JobWrites:
             shapes.setdefault(names, []).append([*params, item.old.id, item.old.state.value])
         for names, params in shapes.items():
             conn.executemany(update_sql(names), params)
-        unsure = sorted(item.old.id for item in going if not _stored_as_given(item.values))
+        unsure = sorted(item.old.id for item in going if not stored_as_given(item.values))
         back = ({row[0]: job_of(row) for row in conn.execute(
             ROWS_SQL.format(in_list(len(unsure))), unsure)} if unsure else {})
         for item in going:
@@ -364,7 +364,7 @@ def _plain(column: sa.Column[Any], value: Any) -> bool:
     return isinstance(column.type, sa.String) and kind is str  # Text is a String
 
 
-def _stored_as_given(values: dict[str, Any]) -> bool:
+def stored_as_given(values: dict[str, Any]) -> bool:
     """Whether the job ``values`` make is :func:`ordering.predicted`'s exactly, so the
     written row need not be read back."""
     return all(name in jobs.c and _plain(jobs.c[name], v) for name, v in values.items())

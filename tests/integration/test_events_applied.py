@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from contracts.job import JobState
 from gateway.store.schema import outbox, provider_events
 from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import events_loop, start_job
+from tests.support.outbox import events_loop, processor_only, start_job
 
 pytestmark = pytest.mark.every_backend  # SQLite takes the path, PostgreSQL must not
 
@@ -81,21 +81,43 @@ async def test_a_duplicate_webhook_is_stored_once_and_changes_nothing(
 
 
 async def test_a_webhook_behind_an_unprocessed_event_of_its_job_waits_its_turn(
-    gateway: GatewayHarness,
+    gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The terminal event is the processor's (the finalizer); a progress webhook that
-    arrives before it was applied is stored for the processor too, and applied after it
-    (by then a late event: the job stays finished)."""
+    """A progress webhook that arrives while an earlier event of its job is not applied
+    yet is stored for the processor, and applied after it, in order."""
     job_id = await queued_job(gateway)
-    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
-    assert await gateway.deliver(job_id, JobState.RUNNING, logs="late\n") == 200
+    with monkeypatch.context() as patched:
+        processor_only(gateway, patched)  # the first one waits for a round
+        assert await gateway.deliver(job_id, JobState.RUNNING, logs="a\n") == 200
+    assert await gateway.deliver(job_id, JobState.RUNNING, logs="a\nb\n") == 200
     first, later = await event_rows(gateway, job_id)
     assert first.processed_at is None and later.processed_at is None
-    assert first.id < later.id
+    assert (await gateway.store.get(job_id)).state is JobState.QUEUED  # neither applied
     assert await drain(gateway) == 2
     job = await gateway.store.get(job_id)
+    assert (job.state, job.logs) == (JobState.RUNNING, "a\nb\n")
+
+
+async def test_a_terminal_webhook_is_finished_as_it_is_stored_then_a_second_is_late(
+    gateway: GatewayHarness,
+) -> None:
+    """The finalizer's outcome recorded in the storing transaction on SQLite (an output
+    without files); a second terminal webhook changes nothing (the finalizer is
+    idempotent)."""
+    job_id = await queued_job(gateway)
+    assert await gateway.deliver(job_id, JobState.COMPLETED, output="done") == 200
+    if applies_as_stored(gateway):
+        assert await drain(gateway) == 0
+    else:
+        assert await drain(gateway) == 1
+    job = await gateway.store.get(job_id)
     assert (job.state, job.output) == (JobState.COMPLETED, "done")
-    assert all(row.processed_at is not None for row in await event_rows(gateway, job_id))
+    assert job.completed_at is not None
+    assert await gateway.deliver(job_id, JobState.FAILED, error="too late") == 200
+    assert await drain(gateway) == 1  # stored for the processor: a late event
+    assert await gateway.store.get(job_id) == job
+    rows = await event_rows(gateway, job_id)
+    assert len(rows) == 2 and all(row.processed_at is not None for row in rows)
 
 
 async def test_a_job_with_a_webhook_is_applied_by_the_processor_with_its_outbox_rows(

@@ -34,6 +34,12 @@ pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
 
 
+@pytest.fixture(autouse=True)
+def _processor_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here is of the processor's handoff: no webhook is applied as stored."""
+    processor_only(None, monkeypatch)
+
+
 async def queued_job(gateway: GatewayHarness) -> str:
     prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
     await gateway.settle()
