@@ -138,9 +138,10 @@ class Intake:
         to do it in the transaction that stores it (:meth:`ProviderEvents.add_applied`),
         and what follows once it did (given the job as written, or None); None when only
         the processor may: not a SQLite file, a large body, one that does not parse, and,
-        as the job is read there, a job that has a webhook (its outbox rows), is not
-        active, has no submit recorded, or is another provider job's. A terminal
-        snapshot's outcome (:meth:`_finishing`) is the finalizer's."""
+        as the job is read there, a job that has a webhook (its outbox rows), has no
+        submit recorded, or is another provider job's (a progress snapshot of a finished
+        job is late: logged, nothing written). A terminal snapshot's outcome
+        (:meth:`_finishing`) is the finalizer's."""
         finalizer = self._finalizer
         if (finalizer is None or len(body) > INLINE_BYTES
                 or not self._events.applies_as_stored):
@@ -155,6 +156,10 @@ class Intake:
         clock, notifier = self._clock, self._notifier
 
         def decide(job: Job) -> dict[str, Any] | None:
+            if job.state.terminal:  # applied as the processor does: nothing to write
+                log.info("late_provider_event", extra={"job_id": job.id,
+                                                       "raw": snapshot.raw_status})
+                return {}
             if not _appliable(job, snapshot):
                 return None
             return progress_columns(job, finalizer.progress(job, snapshot), clock.now())

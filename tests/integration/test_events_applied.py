@@ -114,10 +114,14 @@ async def test_a_terminal_webhook_is_finished_as_it_is_stored_then_a_second_is_l
     assert (job.state, job.output) == (JobState.COMPLETED, "done")
     assert job.completed_at is not None
     assert await gateway.deliver(job_id, JobState.FAILED, error="too late") == 200
-    assert await drain(gateway) == 1  # stored for the processor: a late event
+    assert await drain(gateway) == 1  # stored for the processor: a late outcome
+    assert await gateway.deliver(job_id, JobState.RUNNING, logs="late\n") == 200
+    if applies_as_stored(gateway):  # a late progress event: stored processed, no write
+        assert (await event_rows(gateway, job_id))[-1].processed_at is not None
+    await drain(gateway)
     assert await gateway.store.get(job_id) == job
     rows = await event_rows(gateway, job_id)
-    assert len(rows) == 2 and all(row.processed_at is not None for row in rows)
+    assert len(rows) == 3 and all(row.processed_at is not None for row in rows)
 
 
 async def test_a_job_with_a_webhook_is_applied_by_the_processor_with_its_outbox_rows(
