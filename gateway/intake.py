@@ -8,7 +8,9 @@ then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it c
 stored, the answer is 503 so the provider retries (docs/cog.md §1.9). The
 :class:`EventProcessor` applies stored events in order per job: terminal snapshots go to
 the finalizer, others update the job's progress. Events survive a restart unprocessed
-and are applied when the gateway returns.
+and are applied when the gateway returns. On a SQLite file, a body next in order for its
+job is applied in the transaction that stores it instead (:meth:`Intake._applying`,
+:mod:`gateway.store.applied`; docs/lifecycle.md, "Order of a job's provider events").
 """
 
 from __future__ import annotations
