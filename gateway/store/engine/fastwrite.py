@@ -72,6 +72,12 @@ class FastWrites:
         # the WAL checkpoint off the loop thread, when the process has one (store/checkpoint.py)
         self._checkpointer = checkpoint.for_engine(engine)
 
+    @property
+    def available(self) -> bool:
+        """Whether :meth:`run` may run here at all (a SQLite file): False on PostgreSQL and
+        ``:memory:``, where it always answers None."""
+        return self._path is not None
+
     def run(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
         """``work(conn)`` in one transaction, committed; None when it could not run here
         (nothing was written: the caller uses the engine)."""
