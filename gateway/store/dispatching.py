@@ -25,12 +25,20 @@ job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a supe
 statement 1's); when none does the round ends without a transaction. A job committed just
 after that read wakes the dispatcher again, as one committed after statement 1 does.
 
+On a SQLite file the round runs through ``sqlite3`` when it can
+(:mod:`gateway.store.engine.fastwrite`: the same ``BEGIN IMMEDIATE``, the same statements
+compiled once from the ones below, at a tenth of the engine's per-statement CPU;
+docs/benchmarks.md, "The claim on sqlite3"): the common round, where every waiting job it
+read may go (statement 3 not needed). A round that needs statement 3, a locked file or
+any ``sqlite3`` error rolls back, nothing written, and runs through the engine as before.
+
 Each claimed job's callback token comes back with its row and is kept until the next
 round, so the submit that follows does not read it again (:meth:`claimed_token`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -42,8 +50,15 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
 from gateway.store import lease
 from gateway.store.engine.aio import Connection, Engine
+from gateway.store.engine.fastwrite import (
+    Compiled,
+    FastWrites,
+    SqliteConnection,
+    in_list,
+    result_processor,
+)
 from gateway.store.ordering import lock_key
-from gateway.store.reader import SqliteReads
+from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
@@ -148,14 +163,27 @@ _HEAD = _head(_UNSUBMITTED_WHERE, _NOW)
 _IN_FLIGHT = {idle: _in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
 _DUE_CHOSEN = sa.select(jobs.c.id).where(jobs.c.id.in_(_CHOSEN), *_WAITING_WHERE)
 _MAYBE = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING), else_=SUBMITTING)
-_LEASE_CHOSEN = (  # SQLite's claim of the chosen jobs (_lease_in_one), built once
+_LEASE = (  # SQLite's claim of the chosen jobs, built once
     jobs.update()
     .where(jobs.c.id.in_(_DUE_CHOSEN.correlate(None).scalar_subquery()))
     .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
             leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
             raw_status=_MAYBE)
-    .returning(*jobs.c)
 )
+_LEASE_CHOSEN = _LEASE.returning(*jobs.c)
+_LEASED_IDS = _LEASE.returning(jobs.c.id, jobs.c.provider, jobs.c.callback_token)  # sqlite3's
+
+
+class _NeedsEngine(Exception):  # a signal, not an error: the round goes through the engine
+    """The ``sqlite3`` round needs the window function (statement 3); rolled back."""
+
+
+@functools.lru_cache(maxsize=4)
+def _fast_statements(dialect: sa.Dialect) -> dict[str, Compiled]:
+    """The round's statements compiled for the ``sqlite3`` path (built once per dialect)."""
+    return {"head": Compiled(_HEAD, dialect), "lease": Compiled(_LEASED_IDS, dialect),
+            **{f"in_flight_{idle}": Compiled(_IN_FLIGHT[idle], dialect)
+               for idle in (False, True)}}
 
 
 class DispatchClaims(lease.Leasing):
@@ -166,6 +194,7 @@ class DispatchClaims(lease.Leasing):
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
+        self._fast_claims = FastWrites(engine)  # the claim on a SQLite file (module docstring)
         self._claimed_tokens: dict[str, tuple[str, str]] = {}  # the last round's, by job id
 
     def claimed_token(self, job_id: str) -> tuple[str, str] | None:
@@ -196,7 +225,71 @@ class DispatchClaims(lease.Leasing):
         if self.fast_reads.exists(_MAY_WAIT_SQL, (provider, now, provider)) is False:
             return []  # nothing waiting, by the lock-free reader (the module docstring)
         bound = {"d_provider": provider, "d_now": now}
+        until = now + self._lease_length
+        try:
+            fast = self._fast_claims.run(functools.partial(
+                self._claim_fast, bound, until, max_concurrency, order, lost_is_idle))
+        except _NeedsEngine:
+            fast = None  # rolled back: nothing written
+        if fast is not None:
+            found, tokens, rank = fast
+        else:
+            found, tokens, rank = await self._claim_engine(
+                bound, until, max_concurrency, order, lost_is_idle)
+        self._claimed_tokens = tokens
+        if rank is None:
+            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
+        return sorted(found, key=lambda job: rank[job.id])
+
+    def _claim_fast(
+        self, bound: dict[str, Any], until: datetime, max_concurrency: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None, lost_is_idle: bool,
+        conn: SqliteConnection,
+    ) -> tuple[list[Job], dict[str, tuple[str, str]], dict[str, int] | None]:
+        """:meth:`_claim_engine` on ``sqlite3`` inside ``BEGIN IMMEDIATE`` (the module
+        docstring), for a round whose waiting jobs all may go; :class:`_NeedsEngine`
+        otherwise."""
+        sql = _fast_statements(self._engine.dialect)
+        created = result_processor(jobs, self._engine.dialect, "created_at")
+        assert created is not None
+        head = sorted(
+            (Candidate(r[0], r[1] or "", r[2], created(r[3])) for r in sql["head"](conn, bound)),
+            key=lambda c: (c.created_at, c.id),
+        )
+        if not head:
+            return [], {}, None
+        rows_ever = int(conn.execute(_ROWS_EVER_SQL).fetchone()[0] or 0)
+        if rows_ever * 2 <= max_concurrency:
+            in_flight = rows_ever
+        else:
+            in_flight = int(sql[f"in_flight_{lost_is_idle}"](conn, bound).fetchone()[0])
+        limit = max_concurrency - in_flight
+        if limit <= 0:
+            return [], {}, None
+        if len(head) > min(limit, SMALL_ROUND):
+            raise _NeedsEngine
+        chosen = head if order is None else order(head, limit)
+        if not chosen:
+            return [], {}, None
+        leased = {**bound, "d_chosen": [c.id for c in chosen], "d_owner": self._owner,
+                  "d_until": until}
+        tokens = {row[0]: (row[1], row[2]) for row in sql["lease"](conn, leased)}
+        if not tokens:
+            return [], {}, None
+        ids = sorted(tokens)
+        found = [job_of(row) for row in conn.execute(ROWS_SQL.format(in_list(len(ids))), ids)]
+        rank = None if order is None else {c.id: i for i, c in enumerate(chosen)}
+        return found, tokens, rank
+
+    async def _claim_engine(
+        self, bound: dict[str, Any], until: datetime, max_concurrency: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None, lost_is_idle: bool,
+    ) -> tuple[list[Job], dict[str, tuple[str, str]], dict[str, int] | None]:
+        """The round through the engine: ``(jobs leased, their (provider, callback token)
+        by id, the chosen order by id or None for oldest first)``."""
+        provider = bound["d_provider"]
         rank: dict[str, int] | None = None
+        rows: list[Any] = []
         async with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
@@ -206,13 +299,12 @@ class DispatchClaims(lease.Leasing):
                 key=lambda c: (c.created_at, c.id),
             )
             if not head:
-                return []  # nothing waiting (a round woken by a finished job): no count
+                return [], {}, None  # nothing waiting (a round woken by a finished job)
             in_flight = await self._in_flight(conn, bound, max_concurrency, lost_is_idle)
             limit = max_concurrency - in_flight
             if limit <= 0:
-                return []
+                return [], {}, None
             all_fit = len(head) <= min(limit, SMALL_ROUND)
-            until = now + self._lease_length
             if order is None and not all_fit:
                 due = (
                     sa.select(jobs.c.id)
@@ -226,7 +318,7 @@ class DispatchClaims(lease.Leasing):
                 candidates = head if all_fit else await self._candidates(conn, bound, limit)
                 chosen = candidates if order is None else order(candidates, limit)
                 if not chosen:
-                    return []
+                    return [], {}, None
                 rank = {c.id: i for i, c in enumerate(chosen)}
                 chosen_ids = {**bound, "d_chosen": [c.id for c in chosen]}
                 if conn.dialect.name == "sqlite":  # the file is held: select and lease in one
@@ -237,11 +329,8 @@ class DispatchClaims(lease.Leasing):
                         conn, jobs, _DUE_CHOSEN.params(chosen_ids), owner=self._owner,
                         until=until, raw_status=_MAYBE,
                     )
-        self._claimed_tokens = {row.id: (row.provider, row.callback_token) for row in rows}
-        found = [_job(row) for row in rows]
-        if rank is None:
-            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
-        return sorted(found, key=lambda job: rank[job.id])
+        tokens = {row.id: (row.provider, row.callback_token) for row in rows}
+        return [_job(row) for row in rows], tokens, rank
 
     async def _in_flight(
         self, conn: Connection, bound: dict[str, Any], max_concurrency: int, lost_is_idle: bool,
