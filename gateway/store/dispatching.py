@@ -28,9 +28,10 @@ after that read wakes the dispatcher again, as one committed after statement 1 d
 On a SQLite file the round runs through ``sqlite3`` when it can
 (:mod:`gateway.store.engine.fastwrite`: the same ``BEGIN IMMEDIATE``, the same statements
 compiled once from the ones below, at a tenth of the engine's per-statement CPU;
-docs/benchmarks.md, "The claim on sqlite3"): the common round, where every waiting job it
-read may go (statement 3 not needed). A round that needs statement 3, a locked file or
-any ``sqlite3`` error rolls back, nothing written, and runs through the engine as before.
+docs/benchmarks.md, "The claim on sqlite3"): every round with a fair order (the
+dispatcher's). A round without one over more jobs than it may take (oldest first), a
+locked file or any ``sqlite3`` error rolls back, nothing written, and runs through the
+engine as before.
 
 Each claimed job's callback token comes back with its row and is kept until the next
 round, so the submit that follows does not read it again (:meth:`claimed_token`).
@@ -175,13 +176,15 @@ _LEASED_IDS = _LEASE.returning(jobs.c.id, jobs.c.provider, jobs.c.callback_token
 
 
 class _NeedsEngine(Exception):  # a signal, not an error: the round goes through the engine
-    """The ``sqlite3`` round needs the window function (statement 3); rolled back."""
+    """The ``sqlite3`` round would lease the oldest of a long queue (no fair order: not
+    the dispatcher's round); rolled back."""
 
 
 @functools.lru_cache(maxsize=4)
 def _fast_statements(dialect: sa.Dialect) -> dict[str, Compiled]:
     """The round's statements compiled for the ``sqlite3`` path (built once per dialect)."""
     return {"head": Compiled(_HEAD, dialect), "lease": Compiled(_LEASED_IDS, dialect),
+            "candidates": Compiled(_CANDIDATES, dialect),
             **{f"in_flight_{idle}": Compiled(_IN_FLIGHT[idle], dialect)
                for idle in (False, True)}}
 
@@ -247,8 +250,7 @@ class DispatchClaims(lease.Leasing):
         conn: SqliteConnection,
     ) -> tuple[list[Job], dict[str, tuple[str, str]], dict[str, int] | None]:
         """:meth:`_claim_engine` on ``sqlite3`` inside ``BEGIN IMMEDIATE`` (the module
-        docstring), for a round whose waiting jobs all may go; :class:`_NeedsEngine`
-        otherwise."""
+        docstring); :class:`_NeedsEngine` for oldest first over a long queue."""
         sql = _fast_statements(self._engine.dialect)
         created = result_processor(jobs, self._engine.dialect, "created_at")
         assert created is not None
@@ -266,9 +268,13 @@ class DispatchClaims(lease.Leasing):
         limit = max_concurrency - in_flight
         if limit <= 0:
             return [], {}, None
-        if len(head) > min(limit, SMALL_ROUND):
-            raise _NeedsEngine
-        chosen = head if order is None else order(head, limit)
+        all_fit = len(head) <= min(limit, SMALL_ROUND)
+        if order is None and not all_fit:
+            raise _NeedsEngine  # oldest first over a long queue: the engine's round
+        candidates = head if all_fit else [
+            Candidate(r[0], r[1] or "", r[2], created(r[3]))
+            for r in sql["candidates"](conn, {**bound, **_candidate_limits(limit)})]
+        chosen = candidates if order is None else order(candidates, limit)
         if not chosen:
             return [], {}, None
         leased = {**bound, "d_chosen": [c.id for c in chosen], "d_owner": self._owner,
@@ -350,23 +356,37 @@ class DispatchClaims(lease.Leasing):
     async def _candidates(
         self, conn: Connection, bound: dict[str, Any], per_owner: int
     ) -> list[Candidate]:
-        position = sa.func.row_number().over(
-            partition_by=jobs.c.owner,
-            order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
-        )
-        ranked = (
-            sa.select(
-                jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
-                position.label("position"),
-            )
-            .where(*_WAITING_WHERE)
-            .subquery()
-        )
-        query = (
-            sa.select(ranked)
-            .where(ranked.c.position <= per_owner)
-            .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
-            .limit(max(per_owner * 64, 512))
-        )
-        rows = await conn.execute(query, bound)
+        rows = await conn.execute(_CANDIDATES, {**bound, **_candidate_limits(per_owner)})
         return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
+
+
+def _candidate_limits(per_owner: int) -> dict[str, int]:
+    """:data:`_CANDIDATES`' bounds for a round that may take ``per_owner`` jobs."""
+    return {"d_per_owner": per_owner, "d_most": max(per_owner * 64, 512)}
+
+
+def _ranked_candidates() -> sa.Select[Any]:
+    """Statement 3 of the module docstring: each API token's first ``d_per_owner``
+    waiting jobs by priority, then age (at most ``d_most`` in all), in the order the fair
+    order reads them."""
+    position = sa.func.row_number().over(
+        partition_by=jobs.c.owner,
+        order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
+    )
+    ranked = (
+        sa.select(
+            jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
+            position.label("position"),
+        )
+        .where(*_WAITING_WHERE)
+        .subquery()
+    )
+    return (
+        sa.select(ranked.c.id, ranked.c.owner, ranked.c.priority, ranked.c.created_at)
+        .where(ranked.c.position <= sa.bindparam("d_per_owner", type_=sa.Integer))
+        .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
+        .limit(sa.bindparam("d_most", type_=sa.Integer))
+    )
+
+
+_CANDIDATES = _ranked_candidates()  # built once, as the round's other statements
