@@ -7,7 +7,7 @@ PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so ``max_concurrency`` holds across 
 processes. Its statements, in order:
 
 1. at most :data:`SMALL_ROUND` + 1 waiting jobs (none: the round ends here, without a
-   count), read from two ranges of an index (:func:`_head`);
+   count), read from two ranges of an index (:func:`gateway.store.dispatchsql.head`);
 2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs, less
    those the provider reported lost when that means it is not running them
    (``Capabilities.lost_is_idle``: Cog); on SQLite, when the jobs table has never held half
@@ -50,7 +50,8 @@ import sqlalchemy as sa
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
-from gateway.store import lease
+from gateway.store import dispatchsql, lease
+from gateway.store.dispatchsql import SMALL_ROUND
 from gateway.store.engine.aio import Connection, Engine
 from gateway.store.engine.fastwrite import (
     Compiled,
@@ -61,7 +62,6 @@ from gateway.store.engine.fastwrite import (
 )
 from gateway.store.ordering import lock_key
 from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
-from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import jobs
@@ -82,10 +82,8 @@ was sent).
 Such a job is never ended here as "never submitted": it goes back to the dispatcher,
 whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
 provider (docs/reliability.md, "Crash soak")."""
-SMALL_ROUND = 512
-"""Waiting jobs a round orders without the window function, when all of them may go."""
 
-_MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index, as _head's
+_MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index, as head's
     "SELECT 1 WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
     " AND state IN ('creating', 'queued') AND submitted_at IS NULL AND next_attempt_at <= ?)"
     " OR EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
@@ -93,50 +91,6 @@ _MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index,
 )
 _ROWS_EVER_SQL = "SELECT max(rowid) FROM jobs"
 _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
-
-
-def _in_flight(
-    provider: str | sa.BindParameter[str], now: datetime | sa.BindParameter[datetime],
-    lost_is_idle: bool,
-) -> sa.Select[Any]:
-    """How many jobs ``provider`` has in flight: submitted and active, or leased for
-    dispatch right now (a submit under way in some process). With ``lost_is_idle``
-    (``Capabilities.lost_is_idle``), a job the provider said it no longer knows
-    (``lost_at`` set: Cog's watchdog probe found it neither running nor queued,
-    docs/cog.md §2) holds none of its slots while the gateway waits out ``lost_grace_s``
-    for its late terminal webhook; without, "lost" may mean only that the process that
-    asked cannot see it (an OpenAI-compatible call another process holds), and it
-    counts."""
-    submitted: sa.ColumnElement[bool] = jobs.c.submitted_at.is_not(None)
-    if lost_is_idle:
-        submitted = sa.and_(submitted, jobs.c.lost_at.is_(None))
-    return (
-        sa.select(sa.func.count())
-        .select_from(jobs)
-        .where(
-            jobs.c.provider == provider,
-            jobs.c.state.in_(_ACTIVE),
-            sa.or_(
-                submitted,
-                sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
-            ),
-        )
-    )
-
-
-def _head(unsubmitted: list[Any], now: datetime | sa.BindParameter[datetime]) -> sa.Select[Any]:
-    """At most :data:`SMALL_ROUND` + 1 waiting jobs (``unsubmitted`` and due at ``now``),
-    in no order: fewer than that are all of them. Due is ``next_attempt_at <= now`` or
-    unset: one branch each, so each is a range of the ``(state, next_attempt_at)`` index
-    (with the two together, SQLite read every unsubmitted row, jobs in flight at a
-    polling provider included); no ``ORDER BY``, so a long queue is not sorted to learn
-    that it is long."""
-    columns = (jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
-    both = sa.union_all(
-        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at <= now),
-        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at.is_(None)),
-    ).subquery()
-    return sa.select(both).limit(SMALL_ROUND + 1)
 
 
 # The round's statements, built once: the provider, the time and the chosen ids bound at
@@ -161,12 +115,13 @@ _WAITING_WHERE = [
     *_UNSUBMITTED_WHERE,
     sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= _NOW),
 ]
-_HEAD = _head(_UNSUBMITTED_WHERE, _NOW)
+_HEAD = dispatchsql.head(_UNSUBMITTED_WHERE, _NOW)
 _MAY_WAIT = sa.select(sa.or_(*(  # _MAY_WAIT_SQL for the engine (PostgreSQL), built once
     sa.exists().where(jobs.c.provider == _PROVIDER, jobs.c.state.in_(_UNSUBMITTED),
                       jobs.c.submitted_at.is_(None), due)
     for due in (jobs.c.next_attempt_at <= _NOW, jobs.c.next_attempt_at.is_(None)))))
-_IN_FLIGHT = {idle: _in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
+_IN_FLIGHT = {idle: dispatchsql.in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
+_CANDIDATES = dispatchsql.ranked_candidates(_WAITING_WHERE)
 _DUE_CHOSEN = sa.select(jobs.c.id).where(jobs.c.id.in_(_CHOSEN), *_WAITING_WHERE)
 _MAYBE = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING), else_=SUBMITTING)
 _LEASE = (  # SQLite's claim of the chosen jobs, built once
@@ -221,7 +176,8 @@ class DispatchClaims(lease.Leasing):
     ) -> list[Job]:
         """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
         provider's jobs in flight (submitted and active, or leased for dispatch right now,
-        by any process); with ``lost_is_idle``, not those it reported lost (:func:`_in_flight`).
+        by any process); with ``lost_is_idle``, not those it reported lost
+        (:func:`gateway.store.dispatchsql.in_flight`).
 
         Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
         each API token's first waiting jobs (by priority, then age) are the candidates (a
@@ -382,30 +338,3 @@ class DispatchClaims(lease.Leasing):
 def _candidate_limits(per_owner: int) -> dict[str, int]:
     """:data:`_CANDIDATES`' bounds for a round that may take ``per_owner`` jobs."""
     return {"d_per_owner": per_owner, "d_most": max(per_owner * 64, 512)}
-
-
-def _ranked_candidates() -> sa.Select[Any]:
-    """Statement 3 of the module docstring: each API token's first ``d_per_owner``
-    waiting jobs by priority, then age (at most ``d_most`` in all), in the order the fair
-    order reads them."""
-    position = sa.func.row_number().over(
-        partition_by=jobs.c.owner,
-        order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
-    )
-    ranked = (
-        sa.select(
-            jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
-            position.label("position"),
-        )
-        .where(*_WAITING_WHERE)
-        .subquery()
-    )
-    return (
-        sa.select(ranked.c.id, ranked.c.owner, ranked.c.priority, ranked.c.created_at)
-        .where(ranked.c.position <= sa.bindparam("d_per_owner", type_=sa.Integer))
-        .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
-        .limit(sa.bindparam("d_most", type_=sa.Integer))
-    )
-
-
-_CANDIDATES = _ranked_candidates()  # built once, as the round's other statements
