@@ -24,7 +24,7 @@ async def _leases(gateway: GatewayHarness) -> dict[str, tuple[Any, ...]]:
         return {row.id: tuple(row) for row in rows}
 
 
-async def _claim(gateway: GatewayHarness, limit: int) -> tuple[list[str], list[str]]:
+async def _claim(gateway: GatewayHarness, limit: int) -> tuple[list[Any], list[str]]:
     served: dict[str, float] = {}
     chosen: list[str] = []
 
@@ -34,12 +34,13 @@ async def _claim(gateway: GatewayHarness, limit: int) -> tuple[list[str], list[s
         return picked
 
     claimed = await gateway.store.claim_dispatch("fake", limit, order, lost_is_idle=True)
-    return [job.id for job in claimed], chosen
+    return claimed, chosen
 
 
 async def _round(gateway: GatewayHarness, limit: int) -> tuple[Any, ...]:
     before = gateway.clock.now() + gateway.store._lease_length
-    ids, chosen = await _claim(gateway, limit)
+    claimed, chosen = await _claim(gateway, limit)
+    ids = [job.id for job in claimed]
     after = gateway.clock.now() + gateway.store._lease_length
     tokens = {job_id: gateway.store.claimed_token(job_id) for job_id in ids}
     leases = {}
@@ -50,7 +51,7 @@ async def _round(gateway: GatewayHarness, limit: int) -> tuple[Any, ...]:
         await gateway.store.release(job_id, next_attempt_at=None)
     async with gateway.store.engine.begin() as conn:  # never claimed: the next round's alike
         await conn.execute(jobs.update().values(raw_status=None))
-    return ids, chosen, tokens, leases
+    return ids, chosen, tokens, leases, [job.model_dump() for job in claimed]
 
 
 @pytest.mark.parametrize(("limit", "claimed"), [(5, 4), (3, 3)])
