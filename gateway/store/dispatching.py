@@ -16,9 +16,9 @@ processes. Its statements, in order:
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
    token's first waiting jobs by priority and age (a window function), for the fair order
    (:func:`gateway.fairness.fair_order`) to choose from;
-4. the lease of the chosen jobs, returning their rows (on SQLite one ``UPDATE ... WHERE
-   id IN (...) RETURNING``, the select of the chosen ids inside it;
-   on PostgreSQL the ids are selected ``FOR UPDATE SKIP LOCKED`` first).
+4. the lease of the chosen jobs, returning their rows: one ``UPDATE ... WHERE id IN
+   (...) RETURNING``, the select of the chosen ids (still due) inside it, on PostgreSQL
+   ``FOR UPDATE SKIP LOCKED``.
 
 On SQLite the lock-free reader (:mod:`gateway.store.reader`) is asked first whether any
 job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a superset of
@@ -124,14 +124,24 @@ _IN_FLIGHT = {idle: dispatchsql.in_flight(_PROVIDER, _NOW, idle) for idle in (Fa
 _CANDIDATES = dispatchsql.ranked_candidates(_WAITING_WHERE)
 _DUE_CHOSEN = sa.select(jobs.c.id).where(jobs.c.id.in_(_CHOSEN), *_WAITING_WHERE)
 _MAYBE = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING), else_=SUBMITTING)
-_LEASE = (  # SQLite's claim of the chosen jobs, built once
-    jobs.update()
-    .where(jobs.c.id.in_(_DUE_CHOSEN.correlate(None).scalar_subquery()))
-    .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
-            leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
-            raw_status=_MAYBE)
-)
-_LEASE_CHOSEN = _LEASE.returning(*jobs.c)
+
+
+def _lease(chosen: sa.Select[Any]) -> sa.Update:
+    """The lease of the jobs ``chosen`` selects (still due: the waiting conditions)."""
+    return (
+        jobs.update()
+        .where(jobs.c.id.in_(chosen.correlate(None).scalar_subquery()))
+        .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
+                leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
+                raw_status=_MAYBE)
+    )
+
+
+_LEASE = _lease(_DUE_CHOSEN)  # SQLite: the file is held, select and lease in one
+_LEASE_CHOSEN = {  # by dialect; PostgreSQL's skips rows another transaction holds
+    "sqlite": _LEASE.returning(*jobs.c),
+    "postgresql": _lease(_DUE_CHOSEN.with_for_update(skip_locked=True)).returning(*jobs.c),
+}
 _LEASED_IDS = _LEASE.returning(jobs.c.id, jobs.c.provider, jobs.c.callback_token)  # sqlite3's
 
 
@@ -301,15 +311,9 @@ class DispatchClaims(lease.Leasing):
                 if not chosen:
                     return [], {}, None
                 rank = {c.id: i for i, c in enumerate(chosen)}
-                chosen_ids = {**bound, "d_chosen": [c.id for c in chosen]}
-                if conn.dialect.name == "sqlite":  # the file is held: select and lease in one
-                    leased = {**chosen_ids, "d_owner": self._owner, "d_until": until}
-                    rows = list(await conn.execute(_LEASE_CHOSEN, leased))
-                else:
-                    rows = await lease.claim(
-                        conn, jobs, _DUE_CHOSEN.params(chosen_ids), owner=self._owner,
-                        until=until, raw_status=_MAYBE,
-                    )
+                leased = {**bound, "d_chosen": [c.id for c in chosen], "d_owner": self._owner,
+                          "d_until": until}
+                rows = list(await conn.execute(_LEASE_CHOSEN[conn.dialect.name], leased))
         tokens = {row.id: (row.provider, row.callback_token) for row in rows}
         return [_job(row) for row in rows], tokens, rank
 
