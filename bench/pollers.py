@@ -13,21 +13,26 @@ its current prediction every 0.5 s and moving to the next once it sees it ``succ
 The ``off`` arm sends the same completions with nobody polling: webhook -> applied with
 and without the pollers, side by side in one run, is what the reads cost the lifecycle.
 
-Arms: ``--arms off,on`` per ``--layouts``: ``single`` (one process takes everything) and
+Arms: ``--arms off,on`` per ``--layouts``: ``single`` (one process takes everything),
 ``split`` (a second ``cutover serve`` on the same store takes the provider webhooks, its
 address the API process's ``[gateway] callback_url``; the callers and creates go to the
-API process; docs/lifecycle.md, "A lifecycle process").
+API process; docs/lifecycle.md, "A lifecycle process") and ``split-creates`` (the same,
+the creates sent to the lifecycle process too, as a proxy routing ``POST`` there would),
+and ``lane`` (one process with ``[gateway] read_concurrency = --read-concurrency``: at most
+that many prediction GETs in their handlers at once, gateway/http/readlane.py).
 
 Prints per arm: completions/s sent, provider webhook -> applied p50/p99 (the terminal
 row's ``updated_at`` minus the send time; one clock), the polls served and their p50/p99,
 the lag from the completion webhook to its caller seeing the prediction finished, the
-create p50/p99 while they poll, the gateway's CPU, and issue 23's targets. ``--capacity
+create p50/p99 while they poll, the gateway's CPU and the client processes' (all
+of them, over the window and their start-up), and issue 23's targets. ``--capacity
 RATES`` then sends completions alone at each rate (no polls, ``single``) and reports the
 highest whose applied p99 stays within 100 ms: the lifecycle's capacity here, the ceiling
 for a ``--run-s`` to be a sustainable load.
 
     .venv/bin/python bench/pollers.py [--callers sqlite=2000,postgres=1000] [--seconds 30]
-        [--run-s 20] [--arms off,on] [--layouts single,split] [--capacity 50,100,200]
+        [--run-s 20] [--arms off,on] [--layouts single,split,split-creates,lane]
+        [--capacity 50,100,200] [--read-concurrency 16]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -84,13 +90,16 @@ async def applied_at(database_url: str, ids: list[str]) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def gateways(url: str, tmp: Path, layout: str) -> Any:
-    """``(api, lifecycle)``: the process the callers and creates reach, and the one the
-    provider's webhooks reach (the same one for ``single``)."""
-    lifecycle = GatewayProcess(gateway_config(url, tmp), tmp)
+def gateways(url: str, tmp: Path, layout: str, read_concurrency: int) -> Any:
+    """``(api, lifecycle, all)``: the process the callers and creates reach, the one the
+    provider's webhooks reach (the same one unless split), and every process started."""
+    config = gateway_config(url, tmp)
+    if layout == "lane":
+        config["gateway"]["read_concurrency"] = read_concurrency
+    lifecycle = GatewayProcess(config, tmp)
     started = [lifecycle.start()]
     try:
-        if layout == "split":
+        if layout.startswith("split"):
             config = gateway_config(url, tmp)
             config["gateway"]["callback_url"] = lifecycle.url
             started.append(GatewayProcess(config, tmp).start())
@@ -113,7 +122,7 @@ async def arm(backend: str, callers: int, polls: bool, layout: str, run_s: float
     per_caller = math.ceil(seconds / run_s)  # those due within the window
     with tempfile.TemporaryDirectory() as tmpdir, sync_database(backend, Path(tmpdir)) as url:
         tmp = Path(tmpdir)
-        with gateways(url, tmp, layout) as (api, lifecycle, started):
+        with gateways(url, tmp, layout, args.read_concurrency) as (api, lifecycle, started):
             tokens = await submitted(api, url, None, callers * per_caller)
             pairs = list(tokens.items())
             lists = [pairs[n * per_caller:(n + 1) * per_caller] for n in range(callers)]
@@ -123,7 +132,9 @@ async def arm(backend: str, callers: int, polls: bool, layout: str, run_s: float
             t0 = time.time() + START_S
             base = {"api": api.url, "auth": AUTH, "t0": t0, "seconds": seconds}
             procs = [clients("provider", {
-                **base, "hooks": lifecycle.url, "secret": FAKE_SECRET.decode(),
+                **base, "hooks": lifecycle.url,
+                "api": lifecycle.url if layout == "split-creates" else api.url,
+                "secret": FAKE_SECRET.decode(),
                 "create": CREATE_BODY, "completions": completions,
                 "creates_per_s": args.creates_per_s}, tmp, 0)]
             if polls:
@@ -136,8 +147,12 @@ async def arm(backend: str, callers: int, polls: bool, layout: str, run_s: float
             await asyncio.sleep(max(0.0, t0 + seconds - time.time()))
             busy = sum(cpu_s(g.pid) for g in started) - cpu_before
             busy = 100 * busy / (time.time() - wall)
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
             for proc, _ in procs:
                 await asyncio.to_thread(proc.wait, 60)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            client_s = (after.ru_utime + after.ru_stime - children.ru_utime
+                        - children.ru_stime)
             outs = [json.loads(out.read_text()) for _, out in procs]
             sent = outs[0]["sent"]
             applied = await applied_at(url, list(sent))
@@ -161,6 +176,7 @@ async def arm(backend: str, callers: int, polls: bool, layout: str, run_s: float
         "seconds": seconds, "lags": lags, "due": len(due),
         "late": sum(1 for i in due if i not in seen or seen[i] - sent[i] > TARGETS["lag_s"]),
         "never": sum(1 for i in due if i not in seen), "busy": busy,
+        "clients": 100 * client_s / (seconds + START_S),
         "load": os.getloadavg()[0],
     }
 
@@ -174,7 +190,8 @@ def lines_of(r: dict[str, Any]) -> list[str]:
         f"{quantile(r['applied'], 0.5):.1f} ms p99 {p99:.1f} ms ({r['unapplied']} not applied, "
         f"{r['hook_errors']} webhook errors); creates p50 {quantile(r['creates'], 0.5):.1f} ms "
         f"p99 {quantile(r['creates'], 0.99):.1f} ms ({len(r['creates'])}, "
-        f"{r['create_errors']} errors); gateway {r['busy']:.0f} % of a core, load {r['load']:.1f}",
+        f"{r['create_errors']} errors); gateway {r['busy']:.0f} % of a core, clients "
+        f"{r['clients']:.0f} %, load {r['load']:.1f}",
     ]
     if r["polls"]:
         share = r["served"] / r["offered"] if r["offered"] else 0.0
@@ -252,6 +269,8 @@ def main() -> None:
     parser.add_argument("--arms", default="off,on", help="off: no polls; on: the callers poll")
     parser.add_argument("--layouts", default="single,split")
     parser.add_argument("--caller-procs", type=int, default=2)
+    parser.add_argument("--read-concurrency", type=int, default=16,
+                        help="[gateway] read_concurrency of the lane layout")
     parser.add_argument("--creates-per-s", type=float, default=10.0)
     parser.add_argument("--capacity", default="", help="completion rates, e.g. 50,100,200")
     parser.add_argument("--capacity-s", type=float, default=15.0)
