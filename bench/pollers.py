@@ -201,7 +201,9 @@ def lines_of(r: dict[str, Any]) -> list[str]:
             f"({r['served'] / r['seconds']:.0f}/s), p50 {quantile(r['latencies'], 0.5):.1f} ms "
             f"p99 {poll_p99:.1f} ms, errors {r['errors']}; seen finished after the webhook p50 "
             f"{quantile(r['lags'], 0.5):.0f} ms p99 {quantile(r['lags'], 0.99):.0f} ms, "
-            f"{r['late']} of {r['due']} over 1 s ({r['never']} never)")
+            f"{r['late']} of {r['due']} over 1 s ({r['never']} never); gateway CPU "
+            f"{1e4 * r['busy'] * r['seconds'] / max(1, r['served']):.0f} us per poll served "
+            f"(lifecycle included)")
         met = {
             "served >= 95 %": share >= TARGETS["served"],
             "p99 <= 50 ms, no error": poll_p99 <= TARGETS["p99_ms"] and not r["errors"],
