@@ -148,8 +148,8 @@ async def arm(backend: str, callers: int, polls: bool, layout: str, run_s: float
             busy = sum(cpu_s(g.pid) for g in started) - cpu_before
             busy = 100 * busy / (time.time() - wall)
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
-            for proc, _ in procs:
-                await asyncio.to_thread(proc.wait, 60)
+            for proc, _ in procs:  # a poll or webhook still out ends within 20 s
+                await asyncio.to_thread(proc.wait, 120)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             client_s = (after.ru_utime + after.ru_stime - children.ru_utime
                         - children.ru_stime)

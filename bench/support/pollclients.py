@@ -16,7 +16,8 @@ are. Both read a plan (JSON) and write what they saw (JSON); every time is
         OUT:  {"sent": {id: t}, "hook_errors", "hook_s" (s), "creates" (s), "create_errors"}
 
 A caller polls ``GET /v1/predictions/{id}`` of its current prediction every 0.5 s from a
-random phase (a tick whose previous poll is still out is offered, not served) and moves to
+random phase (a tick whose previous poll is still out is offered, not served; one unanswered after
+20 s is an error) and moves to
 its next prediction once it sees ``succeeded``. The provider sends each prediction's
 signed completion webhook at its due time, and meanwhile creates one prediction at a time
 at ``creates_per_s`` (the create latency while the callers poll).
@@ -38,6 +39,7 @@ import aiohttp
 import uvloop
 
 INTERVAL_S = 0.5  # the replicate clients' poll interval
+POLL_TIMEOUT = aiohttp.ClientTimeout(total=20)  # a poll not answered by then is an error
 
 
 async def _sleep_until(wall: float) -> None:
@@ -52,7 +54,7 @@ async def callers(plan: dict[str, Any]) -> dict[str, Any]:
 
     async def one(mine: list[str]) -> None:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1),
-                                         headers=plan["auth"]) as http:
+                                         headers=plan["auth"], timeout=POLL_TIMEOUT) as http:
             await _sleep_until(t0 + random.uniform(0, INTERVAL_S))
             tick, current = time.time(), 0
             pending: asyncio.Task[None] | None = None
@@ -64,7 +66,7 @@ async def callers(plan: dict[str, Any]) -> dict[str, Any]:
                     async with http.get(f"{api}/v1/predictions/{job_id}") as response:
                         body = await response.read()
                         ok = response.status == 200
-                except aiohttp.ClientError:
+                except (aiohttp.ClientError, TimeoutError):
                     ok = False
                 if not ok:
                     out["errors"] += 1
@@ -95,7 +97,7 @@ async def provider(plan: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"sent": {}, "hook_errors": 0, "hook_s": [], "creates": [],
                            "create_errors": 0}
     connector = aiohttp.TCPConnector(limit=256)
-    async with aiohttp.ClientSession(connector=connector) as http:
+    async with aiohttp.ClientSession(connector=connector, timeout=POLL_TIMEOUT) as http:
 
         async def complete(job_id: str, token: str) -> None:
             event = json.dumps({"id": f"fake-{job_id}", "status": "completed",
@@ -129,7 +131,7 @@ async def provider(plan: dict[str, Any]) -> dict[str, Any]:
                             out["create_errors"] += 1
                         else:
                             out["creates"].append(time.time() - began)
-                except aiohttp.ClientError:
+                except (aiohttp.ClientError, TimeoutError):
                     out["create_errors"] += 1
                 tick += 1.0 / rate
 

@@ -11,6 +11,7 @@ prediction is finished there once, and a GET to the API process shows it finishe
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,8 @@ async def test_provider_webhooks_go_to_the_lifecycle_process_and_reads_see_them(
     api, lifecycle = lanes
     body = {"version": ECHO_VERSION, "input": {"prompt": "lanes", "steps": 3, "delay": 0.1},
             "webhook": receiver.url("/hook"), "webhook_events_filter": ["completed"]}
-    async with httpx.AsyncClient(verify=str(tls.ca_file), headers=AUTH, timeout=30) as http:
+    verify = ssl.create_default_context(cafile=str(tls.ca_file))
+    async with httpx.AsyncClient(verify=verify, headers=AUTH, timeout=30) as http:
         created = await http.post(f"{api.url}/v1/predictions", json=body)
         assert created.status_code == 201, created.text
         job_id = created.json()["id"]
