@@ -247,9 +247,9 @@ async def capacity(backend: str, rates: list[int], args: argparse.Namespace) -> 
 
 async def measure(backend: str, callers: int, args: argparse.Namespace) -> list[str]:
     lines: list[str] = []
-    for layout in args.layouts.split(","):
+    for layout in filter(None, args.layouts.split(",")):
         found: dict[str, dict[str, Any]] = {}
-        for which in args.arms.split(","):
+        for which in filter(None, args.arms.split(",")):  # --arms "": the capacity alone
             found[which] = await arm(backend, callers, which == "on", layout, args.run_s,
                                      args.seconds, args)
             for line in lines_of(found[which]):
