@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway.http.middleware import Handler
 
-__all__ = ["read_lane"]
+__all__ = ["lanes", "read_lane"]
 
 _READS = "/v1/predictions/"
 
@@ -35,3 +35,8 @@ def read_lane(limit: int) -> Callable[..., Awaitable[web.StreamResponse]]:
             return await handler(request)
 
     return lane
+
+
+def lanes(limit: int | None) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
+    """The app's middlewares after the front one: ``[read_lane(limit)]``, none for None."""
+    return [] if limit is None else [read_lane(limit)]
