@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from adapters import cog_wire, tls
+from adapters import aiotransport, cog_wire, tls
 from adapters.aiotransport import AiohttpTransport
 from adapters.cog_wire import PROBE_INPUT, STATUS_MAP, map_status
 from contracts.auth import bearer_token, same_secret
@@ -111,10 +111,15 @@ class CogAdapter:
         self._timeout_s = request_timeout_s
         context = tls.client_context(ca_file=ca_file)
         # the network through aiohttp's client: a fifth of httpx's own CPU per request
+        self._base_url = base_url.rstrip("/")
+        self._transport = transport or AiohttpTransport(ssl_context=context)
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=request_timeout_s,
-            transport=transport or AiohttpTransport(ssl_context=context), verify=context,
+            base_url=self._base_url, timeout=request_timeout_s, transport=self._transport,
+            verify=context,
         )
+        # the PUT's headers, as the client would send them (aiotransport.send)
+        self._put_headers = [*self._client.headers.items(), *_RESPOND_ASYNC.items(),
+                             ("Content-Type", "application/json")]
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -296,8 +301,12 @@ class CogAdapter:
             body["webhook"] = webhook
             # Every event: without ``completed`` Cog sends no terminal webhook (§1.9).
             body["webhook_events_filter"] = [event.value for event in WebhookEvent]
-        with self._errors("put", job_id):
-            return await self._client.put(_path(job_id), json=body, headers=_RESPOND_ASYNC)
+        with self._errors("put", job_id):  # the hot path: without httpx's client layer
+            return await aiotransport.send(
+                self._transport, "PUT", self._base_url + _path(job_id),
+                content=aiotransport.json_body(body), headers=self._put_headers,
+                limits=self._client.timeout,
+            )
 
     @contextlib.contextmanager
     def _errors(self, action: str, job_id: str) -> Iterator[None]:

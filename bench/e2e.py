@@ -11,12 +11,19 @@ alternating round by round so both see the same machine:
   wait``, the gateway dispatches to Cog, Cog posts its webhooks (start, output, logs,
   completed) back, the finalizer completes the job and the held answer returns;
 - **direct**: the same input POSTed to Cog's own ``/predictions`` (synchronous), what an
-  app calling Cog itself would pay.
+  app calling Cog itself would pay (the reference issue 23's targets are written against);
+- **direct with webhooks**: the same input ``PUT`` asynchronously to the same Cog server
+  (``Prefer: respond-async``, the gateway's own request: every webhook event asked for)
+  with a webhook to a bare aiohttp receiver in this process, timed to the ``completed``
+  webhook's arrival: what Cog's own webhook path costs before any gateway runs (several
+  ms over the synchronous call: docs/benchmarks.md, "A run() with its job writes on
+  sqlite3").
 
-Prints per round and over all rounds each arm's p50/p99 (ms), the added p50/p99 of the
-gateway arm, and the gateway process's CPU time per prediction (psutil, user + system,
-over the gateway arm's predictions only): on a shared machine CPU per prediction is the
-figure to compare between runs; latencies move with the load.
+The three arms rotate round by round. Prints per round and over all rounds each arm's
+p50/p99 (ms), the gateway arm's added p50/p99 over each reference, and the gateway
+process's CPU time per prediction (psutil, user + system, over the gateway arm's
+predictions only): on a shared machine CPU per prediction is the figure to compare
+between runs; latencies move with the load.
 
 ``--profile FILE`` runs the gateway under cProfile timed by CPU time
 (bench/support/cpuprofile.py; figures inflated by the profiler; the stats are written to
@@ -30,15 +37,21 @@ breakdown in docs/benchmarks.md ("Where a prediction's 20 ms go").
 from __future__ import annotations
 
 import argparse
+import asyncio
+import queue
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import psutil
 import replicate
+from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -97,16 +110,91 @@ def direct(http: httpx.Client, cog: CogServer, count: int) -> list[float]:
     return took
 
 
+class Receiver:
+    """A bare aiohttp server on 127.0.0.1, on its own thread and event loop, that takes
+    Cog's webhooks: each terminal one's ``(prediction id, status, time.perf_counter())``
+    is put on :attr:`completed` as it arrives."""
+
+    def __init__(self) -> None:
+        self.completed: queue.Queue[tuple[str, str, float]] = queue.Queue()
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("status") in ("succeeded", "failed", "canceled"):
+            self.completed.put((body.get("id", ""), body["status"], time.perf_counter()))
+        return web.Response()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/hook", self._hook)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+
+    @contextmanager
+    def running(self) -> Iterator[Receiver]:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the webhook receiver did not start")
+        try:
+            yield self
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+
+def direct_webhooks(http: httpx.Client, cog: CogServer, receiver: Receiver,
+                    count: int) -> list[float]:
+    """Milliseconds from each of ``count`` sequential asynchronous ``PUT`` s on Cog itself
+    (every webhook event, as the gateway asks) to its ``completed`` webhook's arrival at
+    ``receiver``, each started once Cog is READY again (untimed)."""
+    took = []
+    for n in range(count):
+        until_ready(http, cog)
+        prediction = f"direct-{time.monotonic_ns()}-{n}"
+        start = time.perf_counter()
+        answer = http.put(f"{cog.url}/predictions/{prediction}", headers={
+            "Prefer": "respond-async"}, json={
+            "id": prediction, "input": INPUT, "webhook": receiver.url,
+            "webhook_events_filter": ["start", "output", "logs", "completed"]})
+        if answer.status_code not in (200, 202):
+            raise RuntimeError(f"Cog answered {answer.status_code}: {answer.text}")
+        while True:
+            done, status, at = receiver.completed.get(timeout=30)
+            if done == prediction:
+                break
+        took.append((at - start) * 1000)
+        if status != "succeeded":
+            raise RuntimeError(f"Cog's prediction {prediction} ended {status}")
+    return took
+
+
 def cpu_s(process: psutil.Process) -> float:
     times = process.cpu_times()
     return float(times.user + times.system)
 
 
-def summary(label: str, ours: list[float], ref: list[float], cpu_ms: float) -> str:
+def summary(label: str, ours: list[float], ref: list[float], hooked: list[float],
+            cpu_ms: float) -> str:
+    """One line: each arm's p50/p99 and the added p50/p99 over each reference (ms)."""
     p50, p99 = statistics.median(ours), percentile(ours, 0.99)
     r50, r99 = statistics.median(ref), percentile(ref, 0.99)
-    return (f"{label}: direct p50 {r50:6.2f} p99 {r99:6.2f} ms; cutover p50 {p50:6.2f} "
-            f"p99 {p99:6.2f} ms; added p50 {p50 - r50:+6.2f} p99 {p99 - r99:+6.2f} ms; "
+    w50, w99 = statistics.median(hooked), percentile(hooked, 0.99)
+    return (f"{label}: direct p50 {r50:6.2f} p99 {r99:6.2f} ms; direct with webhooks p50 "
+            f"{w50:6.2f} p99 {w99:6.2f} ms; cutover p50 {p50:6.2f} p99 {p99:6.2f} ms; added "
+            f"p50 {p50 - r50:+6.2f} p99 {p99 - r99:+6.2f} ms (over direct), p50 "
+            f"{p50 - w50:+6.2f} p99 {p99 - w99:+6.2f} ms (over direct with webhooks); "
             f"gateway CPU {cpu_ms:5.2f} ms/prediction")
 
 
@@ -142,28 +230,35 @@ def run_rounds(args: argparse.Namespace, gateway: GatewayProcess, ours: CogServe
     client = replicate.Client(api_token=TOKEN, base_url=gateway.url)
     all_ours: list[float] = []
     all_ref: list[float] = []
+    all_hooked: list[float] = []
     all_cpu = 0.0
-    with httpx.Client(timeout=60) as http:
-        through_cutover(client, http, ours, 5)  # warm both paths (imports, connections)
+    arms = ["cutover", "direct", "webhooks"]
+    with httpx.Client(timeout=60) as http, Receiver().running() as receiver:
+        through_cutover(client, http, ours, 5)  # warm every path (imports, connections)
         direct(http, cog, 5)
+        direct_webhooks(http, cog, receiver, 5)
         for n in range(1, args.rounds + 1):
-            arms = ["cutover", "direct"] if n % 2 else ["direct", "cutover"]
-            for arm in arms:
+            for arm in arms[n % 3:] + arms[:n % 3]:  # each arm first in turn
                 if arm == "direct":
                     ref = direct(http, cog, args.per_round)
-                    continue
-                before = cpu_s(process)
-                took = through_cutover(client, http, ours, args.per_round)
-                cpu = cpu_s(process) - before
+                elif arm == "webhooks":
+                    hooked = direct_webhooks(http, cog, receiver, args.per_round)
+                else:
+                    before = cpu_s(process)
+                    took = through_cutover(client, http, ours, args.per_round)
+                    cpu = cpu_s(process) - before
             all_ours += took
             all_ref += ref
+            all_hooked += hooked
             all_cpu += cpu
-            print("  " + summary(f"round {n} ({args.per_round} each)", took, ref,
+            print("  " + summary(f"round {n} ({args.per_round} each)", took, ref, hooked,
                                  cpu / args.per_round * 1000), flush=True)
     print("== summary")
     total = args.rounds * args.per_round
     print(summary(f"{args.backend} run() vs Cog direct, {total} each", all_ours, all_ref,
-                  all_cpu / total * 1000))
+                  all_hooked, all_cpu / total * 1000))
+    print("targets (issue 23, against Cog direct): added p50 <= +5 ms, p99 <= +15 ms, "
+          "gateway CPU <= 3 ms/prediction")
 
 
 if __name__ == "__main__":

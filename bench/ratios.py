@@ -119,21 +119,33 @@ def finished_prediction(gateway: GatewayProcess, database_url: str, http: httpx.
 
 
 class Rounds:
-    """Alternating measurements of a subject and its reference, and their ratios."""
+    """Alternating measurements of a subject and its reference, and their ratios: of
+    requests/s, and, when both measured their CPU time per request, of that (the
+    reference's over the subject's: what one core would serve of each, the figure the
+    machine's load moves least)."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.ratios: list[float] = []
+        self.cpu_ratios: list[float] = []
 
     def round(self, n: int, subject: load.Result, reference: load.Result) -> None:
         ratio = subject.rate / reference.rate if reference.rate else float("nan")
         self.ratios.append(ratio)
+        cpu = ""
+        if subject.cpu_us and reference.cpu_us:
+            self.cpu_ratios.append(reference.cpu_us / subject.cpu_us)
+            cpu = f"  cpu ratio {self.cpu_ratios[-1]:.3f}"
         print(f"  round {n} {self.label:32} gateway {subject.line()}")
-        print(f"  round {n} {'':32} ref     {reference.line()}   ratio {ratio:.3f}", flush=True)
+        print(f"  round {n} {'':32} ref     {reference.line()}   ratio {ratio:.3f}{cpu}",
+              flush=True)
 
     def summary(self) -> str:
         rounds = " ".join(f"{r:.3f}" for r in self.ratios)
-        return f"{self.label:32} ratio median {load.median(self.ratios):.3f}  (rounds {rounds})"
+        cpu = (f"; cpu/req ratio median {load.median(self.cpu_ratios):.3f}"
+               if self.cpu_ratios else "")
+        return (f"{self.label:32} ratio median {load.median(self.ratios):.3f}  "
+                f"(rounds {rounds}){cpu}")
 
 
 def added_latency(gateway_url: str, bare_url: str, rounds: int, seconds: float) -> str:
@@ -154,7 +166,9 @@ def added_latency(gateway_url: str, bare_url: str, rounds: int, seconds: float) 
 def inflight_gets(gateway: GatewayProcess, backend: str, job_id: str, work: Path,
                   args: argparse.Namespace) -> str:
     """GET of an in-flight prediction (what ``wait()`` and ``reload()`` poll) against the
-    bare server answering the same bytes, alternating rounds, with CPU per request."""
+    bare server answering the same bytes, with CPU per request: one unmeasured second of
+    each, then ``args.rounds`` ABBA rounds (bench/inflight.py and the ``reads`` part here
+    run this same function; docs/benchmarks.md says why their figures of one run differ)."""
     wrk_args = {"seconds": args.seconds, "connections": args.connections, "headers": AUTH}
     url = f"{gateway.url}/v1/predictions/{job_id}"
     body_file = work / "running.json"
@@ -162,11 +176,18 @@ def inflight_gets(gateway: GatewayProcess, backend: str, job_id: str, work: Path
     gets = Rounds(f"{backend} GET in flight vs bare")
     with refs.bare_server(body_file) as bare:
         bare_url = f"{bare.url}/v1/predictions/{job_id}"
+        for warm in (url, bare_url):  # unmeasured: both past their first requests
+            load.wrk(warm, **{**wrk_args, "seconds": 1})
         for n in range(1, args.rounds + 1):
-            gets.round(n, load.with_cpu(gateway.pid, args.seconds,
-                                        lambda: load.wrk(url, **wrk_args)),
-                       load.with_cpu(bare.proc.pid, args.seconds,
-                                     lambda: load.wrk(bare_url, **wrk_args)))
+            # ABBA: the gateway first in odd rounds, the bare server in even ones, so a
+            # drift of the machine's load over the rounds weighs on both alike.
+            first, second = (url, gateway.pid), (bare_url, bare.proc.pid)
+            if n % 2 == 0:
+                first, second = second, first
+            done = {target: load.with_cpu(pid, args.seconds,
+                                          lambda t=target: load.wrk(t, **wrk_args))
+                    for target, pid in (first, second)}
+            gets.round(n, done[url], done[bare_url])
     return gets.summary()
 
 

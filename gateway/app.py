@@ -41,6 +41,7 @@ from gateway.http import (
     openapi,
     ops,
     provider_webhooks,
+    readlane,
     streams,
     uploads,
 )
@@ -105,8 +106,8 @@ def create_app(
         limiter = Limiter(per_minute, burst_s=limits.burst_s, clock=clock)
     tokens = ApiTokens(tenancy.api_tokens(settings), tenancy.token_tenants(settings))
     front = access.front_middleware(tokens, limiter, metrics, gw.body_read_timeout_s)
-    app = web.Application(client_max_size=gw.max_body_bytes, middlewares=[front])
-    app.on_response_prepare.append(access.add_request_id)
+    app = web.Application(client_max_size=gw.max_body_bytes,
+                          middlewares=[front, *readlane.lanes(gw.read_concurrency)])
     app[keys.SETTINGS], app[keys.EDGE] = settings, keys.Edge.of(settings)
     app[keys.FILE_OWNERS] = tenancy.file_owners(settings, scope_of)
     app[keys.CLOCK] = clock
@@ -245,8 +246,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             interim=InterimBudget(clock=app[keys.CLOCK]),
         )
         app[keys.PREDICTIONS] = PredictionService(
-            store=store,
-            router=app[keys.ROUTER],
+            store=store, router=app[keys.ROUTER],
             refresh_routes=app[keys.ROUTES].sync.refresh_if_stale,
             notifier=app[keys.NOTIFIER],
             webhook_policy=app[WEBHOOK_POLICY],

@@ -135,9 +135,19 @@ class Finalizer:
                 f"snapshot names provider job {snapshot.provider_job_id!r}, "
                 f"job {job.id} has {job.provider_job_id!r}"
             )
-        outcome = await self._outcome(job, snapshot)
-        error_class = snapshot.error_class if outcome.state is JobState.FAILED else None
-        return await self._record(job, outcome, error_class, snapshot)
+        outcome = await self.outcome(job, snapshot)
+        return await self._record(job, outcome, self.error_class(outcome, snapshot), snapshot)
+
+    @staticmethod
+    def error_class(outcome: Outcome, snapshot: ProviderSnapshot) -> ErrorClass | None:
+        """Who must act on a failed ``outcome`` (the snapshot's class); None otherwise."""
+        return snapshot.error_class if outcome.state is JobState.FAILED else None
+
+    def copies_nothing(self, job: Job, snapshot: ProviderSnapshot) -> bool:
+        """Whether :meth:`outcome` of ``snapshot`` for ``job`` fetches no file: no output map
+        on its route (a map may make a file of anything), no provider file in the output."""
+        return not self._maps_output(job) and not has_files(
+            snapshot.output, self._file_hosts.get(job.provider, ()))
 
     def late(self, job: Job, snapshot: ProviderSnapshot) -> None:
         """A provider's report of a job that is already final (RunPod's output after an
@@ -193,7 +203,11 @@ class Finalizer:
         outcome = Outcome(state=state, raw_status="gateway", error=error, logs=logs)
         return await self._record(job, outcome)
 
-    async def _outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
+    async def outcome(self, job: Job, snapshot: ProviderSnapshot) -> Outcome:
+        """The outcome :meth:`finalize` records for the terminal ``snapshot`` of the active
+        ``job`` (the route's output map, the output's conformance, its files copied), not
+        recorded: for a caller that records it itself and then calls :meth:`recorded`
+        (:class:`gateway.intake.Intake`, in the transaction that stores the webhook)."""
         base: dict[str, Any] = {
             "raw_status": snapshot.raw_status,
             "logs": noted_logs(job.logs, snapshot.logs),
@@ -259,15 +273,21 @@ class Finalizer:
             done = await self._store.finish(
                 job.id, Outcome(state=JobState.FAILED, raw_status=outcome.raw_status, error=error)
             )
-        self._notifier.job_changed(job.id, done)
-        if self._store.may_be_waiting(job.provider):  # a provider slot may have freed
-            self._notifier.wake(LoopName.DISPATCHER)
-        self._notifier.wake(LoopName.DELIVERY)
         if done is None:
+            self._notify(job)
             stored = await self._store.get(job.id)
             if snapshot is not None:
                 self.late(stored, snapshot)
             return stored
+        self.recorded(job, done, error_class, snapshot)
+        return done
+
+    def recorded(self, job: Job, done: Job, error_class: ErrorClass | None = None,
+                 snapshot: ProviderSnapshot | None = None) -> None:
+        """What follows once ``job``'s terminal write ``done`` is committed: its waiters
+        and the loops woken, its metrics counted, ``job_finished`` logged."""
+        self.interim.forget(job.id)
+        self._notify(job, done)
         if snapshot is not None:
             self._execution(job.provider, snapshot)
         if self._metrics is not None:
@@ -278,7 +298,11 @@ class Finalizer:
             "job_finished",
             extra={"job_id": job.id, "provider": job.provider, "state": done.state.value},
         )
-        return done
+
+    def _notify(self, job: Job, done: Job | None = None) -> None:
+        self._notifier.job_changed(job.id, done)  # wakes the delivery for a webhook's rows
+        if self._store.may_be_waiting(job.provider):  # a provider slot may have freed
+            self._notifier.wake(LoopName.DISPATCHER)
 
     def _classify(self, done: Job, error_class: ErrorClass) -> None:
         """Count a failure by who must act; a credentials refusal is an operator alert

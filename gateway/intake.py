@@ -8,7 +8,9 @@ then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it c
 stored, the answer is 503 so the provider retries (docs/cog.md §1.9). The
 :class:`EventProcessor` applies stored events in order per job: terminal snapshots go to
 the finalizer, others update the job's progress. Events survive a restart unprocessed
-and are applied when the gateway returns.
+and are applied when the gateway returns. On a SQLite file, a body next in order for its
+job is applied in the transaction that stores it instead (:meth:`Intake._applying`,
+:mod:`gateway.store.applied`; docs/lifecycle.md, "Order of a job's provider events").
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import asyncio
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from adapters import errortext
 from contracts.auth import same_secret
 from contracts.errors import CutoverError, WebhookVerificationError
+from contracts.job import Job
+from contracts.snapshot import ProviderSnapshot
 from gateway import boundary, retry
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.files.outputs import off_loop
@@ -30,8 +35,10 @@ from gateway.finalizer import Finalizer
 from gateway.loop import Loop
 from gateway.notify import LoopName, Notifier
 from gateway.providers import Provider, provider_ref
-from gateway.store.events import ProviderEvents
+from gateway.store.events import INLINE_BYTES, Applying, ProviderEvents
 from gateway.store.jobs import JobStore
+from gateway.store.ordering import outcome_values, progress_columns
+from gateway.store.reader import job_of
 from gateway.store.records import ProviderEvent
 
 __all__ = ["EventProcessor", "Intake"]
@@ -107,13 +114,98 @@ class Intake:
             return True
         # The job's next poll or probe waits: the provider has just spoken about it.
         interval = timedelta(seconds=provider.adapter.capabilities.fetch_interval_s)
-        if not await self._events.add(
-            job_id, provider_name, body, check_after=self._clock.now() + interval
-        ):
+        check_after = self._clock.now() + interval
+        applying = await self._applying(provider, job_id, body)
+        if applying is None:
+            if not await self._events.add(job_id, provider_name, body, check_after=check_after):
+                return False
+            self._notifier.wake(EventProcessor.name)
+            return True
+        how, applied = applying
+        stored = await self._events.add_applied(
+            job_id, provider_name, body, how, check_after=check_after
+        )
+        if not stored.new:
             return False
-        self._notifier.wake(EventProcessor.name)
+        if stored.applied:
+            applied(stored.job)
+        else:
+            self._notifier.wake(EventProcessor.name)
         return True
 
+    async def _applying(
+        self, provider: Provider, job_id: str, body: bytes
+    ) -> tuple[Applying, Callable[[Job | None], None]] | None:
+        """How :meth:`EventProcessor._apply` would apply ``body`` (verified), for the store
+        to do it in the transaction that stores it (:meth:`ProviderEvents.add_applied`),
+        and what follows once it did (given the job as written, or None); None when only
+        the processor may: not a SQLite file, a large body, one that does not parse, and,
+        as the job is read there, a job that has a webhook (its outbox rows), has no
+        submit recorded, or is another provider job's (a progress snapshot of a finished
+        job is late: logged, nothing written). A terminal snapshot's outcome
+        (:meth:`_finishing`) is the finalizer's."""
+        finalizer = self._finalizer
+        if (finalizer is None or len(body) > INLINE_BYTES
+                or not self._events.applies_as_stored):
+            return None
+        try:
+            snapshot = provider.adapter.parse_webhook(body)
+        except Exception:  # noqa: BLE001 (the processor parses it again and reports it)
+            return None
+        kept = errortext.kept_body(body)
+        if snapshot.state.terminal:
+            return await self._finishing(finalizer, job_id, snapshot, kept)
+        clock, notifier = self._clock, self._notifier
+
+        def decide(job: Job) -> dict[str, Any] | None:
+            if job.state.terminal:  # applied as the processor does: nothing to write
+                log.info("late_provider_event", extra={"job_id": job.id,
+                                                       "raw": snapshot.raw_status})
+                return {}
+            if not _appliable(job, snapshot):
+                return None
+            return progress_columns(job, finalizer.progress(job, snapshot), clock.now())
+
+        def applied(job: Job | None) -> None:
+            if job is not None:  # wakes the webhook delivery when the job has a webhook
+                notifier.job_changed(job_id, job)
+
+        return Applying(decide, kept), applied
+
+    async def _finishing(
+        self, finalizer: Finalizer, job_id: str, snapshot: ProviderSnapshot, kept: bytes
+    ) -> tuple[Applying, Callable[[Job | None], None]] | None:
+        """A terminal snapshot's outcome (:meth:`Finalizer.outcome`) decided from the job as
+        read now, to be recorded in the transaction that stores the webhook while the
+        job's row is still the one read; then :meth:`Finalizer.recorded`. None (the
+        processor's finalizer) for an outcome that would fetch files (not before the
+        webhook is answered) or write asset rows, or one that raised."""
+        rows = self._store.fast_reads.rows([job_id])
+        row = None if rows is None else rows.get(job_id)
+        if row is None:
+            return None
+        job = job_of(row)
+        if not _appliable(job, snapshot) or not finalizer.copies_nothing(job, snapshot):
+            return None
+        try:
+            outcome = await finalizer.outcome(job, snapshot)
+        except Exception:  # noqa: BLE001 (the processor's finalizer tries it and reports it)
+            return None
+        if outcome.assets:
+            return None
+        clock, notifier = self._clock, self._notifier
+        error_class = finalizer.error_class(outcome, snapshot)
+
+        def decide(current: Job) -> dict[str, Any] | None:
+            return outcome_values(current, outcome, clock.now())
+
+        def applied(done: Job | None) -> None:
+            if done is None:
+                notifier.job_changed(job_id)
+            else:
+                finalizer.recorded(job, done, error_class, snapshot)
+
+        return Applying(decide, kept, row=row, job=job), applied
 
     async def _late(self, provider: Provider, job_id: str) -> None:
         """A poke for a job no longer polled: if it is final, ask the provider once what it
@@ -129,6 +221,13 @@ class Intake:
             return
         if snapshot.state.terminal:
             self._finalizer.late(job, snapshot)
+
+
+def _appliable(job: Job, snapshot: ProviderSnapshot) -> bool:
+    """Whether ``snapshot`` may be applied to ``job`` as its webhook is stored (see
+    :meth:`Intake._applying`)."""
+    return (job.webhook is None and not job.state.terminal and job.submitted_at is not None
+            and (job.provider_job_id is None or snapshot.provider_job_id == job.provider_job_id))
 
 
 class _Applying(Exception):  # a signal, not an error
@@ -287,6 +386,5 @@ class EventProcessor(Loop):
             )
         else:
             updated = await self._store.apply_progress(job.id, progress)
-        if updated is not None:
+        if updated is not None:  # wakes the webhook delivery when the job has a webhook
             self._notifier.job_changed(job.id, updated)
-            self._notifier.wake(LoopName.DELIVERY)

@@ -134,6 +134,18 @@ class LineHandler(logging.StreamHandler):
         self._lines.append(line)
         return True
 
+    def emit_line(self, line: str) -> bool:
+        """Write ``line`` (one JSON object, made as :class:`JsonFormatter` would make it
+        from a record's fields) as :meth:`emit_json` writes its line; False, writing
+        nothing, off the event loop thread."""
+        loop = self._running_loop()
+        if loop is None:
+            return False
+        if not self._lines:
+            loop.call_soon(self._flush_lines)
+        self._lines.append(line)
+        return True
+
     def _flush_lines(self) -> None:
         if not self._lines:
             return

@@ -40,6 +40,8 @@ class Notifier:
 
     def __init__(self) -> None:
         self._jobs: defaultdict[str, set[asyncio.Future[Job | None]]] = defaultdict(set)
+        # a change that came after a waiter was woken, before it ran again (wait_job)
+        self._later: dict[asyncio.Future[Job | None], Job | None] = {}
         self._work: defaultdict[LoopName, asyncio.Event] = defaultdict(asyncio.Event)
         self._until: dict[LoopName, datetime] = {}  # when each sleeping loop wakes by itself
 
@@ -50,6 +52,8 @@ class Notifier:
         for waiter in self._jobs.get(job_id, ()):
             if not waiter.done():
                 waiter.set_result(job)
+            else:  # woken, not yet resumed: it gets this later change (wait_job)
+                self._later[waiter] = job
 
     async def wait_job(self, job_id: str, timeout_s: float) -> tuple[bool, Job | None]:
         """Wait until ``job_id`` changes or ``timeout_s`` seconds pass.
@@ -58,16 +62,21 @@ class Notifier:
         -------
         tuple[bool, Job or None]
             ``(True, job)`` when woken (``job`` is None if the waker did not have it: read
-            the store), ``(False, None)`` on timeout.
+            the store), ``(False, None)`` on timeout. ``job`` is the latest change made
+            before this returns: one made after the waiter was woken, before it ran again
+            (a webhook applied as it is stored can follow the change that woke it within
+            the same turn of the event loop), is not lost between two waits.
         """
         waiter: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
         self._jobs[job_id].add(waiter)
         self.wake(LoopName.WATCHER)  # it watches other processes' changes only while someone waits
         try:
-            return True, await asyncio.wait_for(waiter, timeout_s)
+            woken = await asyncio.wait_for(waiter, timeout_s)
+            return True, self._later.pop(waiter, woken)
         except TimeoutError:
             return False, None
         finally:
+            self._later.pop(waiter, None)
             waiters = self._jobs[job_id]
             waiters.discard(waiter)
             if not waiters:

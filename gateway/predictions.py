@@ -254,7 +254,7 @@ class PredictionService:
             return kept
         if not ids.PREDICTION_ID_RE.match(job_id):
             raise NotFound(f"prediction {job_id!r} does not exist")
-        found = await self._reader.version(job_id)
+        found = self._reader.known_version(job_id) or await self._reader.version(job_id)
         if found is None:  # unknown here: the legacy provider's, maybe (get adopts it)
             return self.render(await self.get(job_id, tenant))
         version, owner, arm = found

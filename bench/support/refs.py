@@ -79,9 +79,14 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0)
 
 
 def _spawn(command: list[str], env: dict[str, str] | None = None, log: Path | None = None):
+    """A reference process in a session of its own, as the gateway is
+    (tests/support/process.py): with the kernel's scheduler autogroups (one per session,
+    on by default), a server sharing the bench's session shares its CPU with wrk, and on a
+    busy machine the two sides of a ratio were not scheduled alike (docs/benchmarks.md)."""
     out = log.open("ab") if log else subprocess.DEVNULL
     return subprocess.Popen(
-        command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+        command, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent,
+        start_new_session=True,
     )
 
 

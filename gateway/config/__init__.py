@@ -114,6 +114,7 @@ class GatewaySettings(_Section):
     legacy_lookups_per_s: float = Field(default=2.0, gt=0)
     legacy_lookup_burst: int = Field(default=20, ge=1)
     legacy_unknown_ttl_s: float = Field(default=60.0, ge=0)
+    read_concurrency: int | None = Field(default=None, gt=0)  # http/readlane.py
 
     @model_validator(mode="before")
     @classmethod

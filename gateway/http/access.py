@@ -3,7 +3,7 @@ line per request (docs/logging.md, docs/limits.md, docs/replicate-api.md §1, §
 
 :func:`front_middleware` keeps the caller's ``X-Request-Id`` when it is a sane token (up
 to 128 of ``A-Za-z0-9._:-``), else makes one, and returns it on every response (streamed
-ones too, through :func:`add_request_id` on ``on_response_prepare``); checks the API token
+ones too: their handlers call :func:`add_request_id` before they prepare them); checks the API token
 outside :data:`gateway.http.middleware.PUBLIC_PREFIXES` (:class:`ApiTokens`) and notes its
 tenant (``TENANT``, docs/security.md); applies
 :class:`gateway.http.ratelimit.Limiter` to requests that carry a token; gives request
@@ -19,12 +19,14 @@ and a GET of a finished prediction is otherwise little more than aiohttp's own w
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 
 from contracts.errors import CutoverError
@@ -67,8 +69,11 @@ def route_of(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: every response carries the request id."""
+def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """Give ``response`` the request's id; a handler that prepares (streams) its response
+    itself calls this first. :func:`front_middleware` gives it to every response it
+    returns unprepared: an ``on_response_prepare`` signal would cost every response a
+    coroutine (docs/benchmarks.md)."""
     if REQUEST_ID in request:
         response.headers["X-Request-Id"] = request[REQUEST_ID]
 
@@ -89,7 +94,8 @@ def front_middleware(
         request[REQUEST_ID] = given
         started = time.perf_counter()
         status = 500
-        stop = deadline.watch(request, body_read_timeout_s)
+        # A request without a body (a GET) needs no read deadline (deadline.watch).
+        stop = None if request.content.is_eof() else deadline.watch(request, body_read_timeout_s)
         try:
             try:
                 path = request.path
@@ -103,14 +109,18 @@ def front_middleware(
             except Exception as exc:  # noqa: BLE001 (the boundary: no traceback to a client)
                 response = problem_for(request, exc)  # re-raises a redirect
             status = response.status
-            await deadline.close_if_unread(request, response)
+            if not response.prepared:  # else a streamed one: add_request_id set it
+                response.headers["X-Request-Id"] = given
+            if status >= 400:
+                await deadline.close_if_unread(request, response)
             return response
         except web.HTTPException as exc:
             status = exc.status
             exc.headers["X-Request-Id"] = given
             raise
         finally:
-            stop()
+            if stop is not None:
+                stop()
             _log_request(request, status, started, given)
 
     return front
@@ -132,15 +142,58 @@ def _limit(limiter: Limiter, metrics: Metrics | None, request: web.Request, name
 
 
 def _log_request(request: web.Request, status: int, started: float, request_id: str) -> None:
-    """The ``request`` line (:func:`gateway.logs.info`: without a ``LogRecord`` when the
-    line handler alone writes it; that was a third of a GET's own cost)."""
+    """The ``request`` line. When :func:`gateway.logs.json_sink` finds the line handler
+    alone on the way, the line is made here from pieces kept per method, route and token
+    name (:func:`_request_line`), without a ``LogRecord`` or a dict: the same line
+    :class:`gateway.logs.JsonFormatter` makes of the record (tests/unit/test_front.py)."""
     if not log.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round((time.perf_counter() - started) * 1000, 3)
+    route = route_of(request)
+    name = request.get(TOKEN_NAME)
+    sink = logs.json_sink(log, logging.INFO)
+    if sink is not None and sink.emit_line(_request_line(
+            time.time(), request.method, route, status, duration_ms, request_id, name)):
         return
     logs.info(log, "request", {
         "method": request.method,
-        "route": route_of(request),
+        "route": route,
         "status": status,
-        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        "duration_ms": duration_ms,
         "request_id": request_id,
-        "token": request.get(TOKEN_NAME),
+        "token": name,
     })
+
+
+_MAX_KEPT = 256  # pieces kept at most (a client picks the method: not unbounded)
+_heads: dict[tuple[str, str], str] = {}
+_tails: dict[str | None, str] = {}
+
+
+def _request_line(at: float, method: str, route: str, status: int, duration_ms: float,
+                  request_id: str, name: str | None) -> str:
+    """The ``request`` line as :class:`gateway.logs.JsonFormatter` writes it (``at``: the
+    time, seconds since the epoch). ``request_id`` is JSON as it is (a sane
+    ``X-Request-Id`` or a made one: ``A-Za-z0-9._:-``); ``duration_ms`` a float rounded
+    to thousandths (``repr`` is orjson's text for those)."""
+    head = _heads.get((method, route))
+    if head is None:
+        head = (f'","level":"info","logger":{_json(log.name)},"event":"request",'
+                f'"method":{_json(method)},"route":{_json(route)},"status":')
+        if len(_heads) < _MAX_KEPT:
+            _heads[(method, route)] = head
+    tail = _tails.get(name)
+    if tail is None:
+        tail = f',"token":{_json(name)}}}'
+        if len(_tails) < _MAX_KEPT:
+            _tails[name] = tail
+    return (f'{{"ts":"{logs.iso_time(at)}{head}{status},"duration_ms":{duration_ms!r},'
+            f'"request_id":"{request_id}"{tail}')
+
+
+def _json(value: str | None) -> str:
+    """``value`` as JSON, as :class:`gateway.logs.JsonFormatter` writes a field."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:  # what orjson refuses (a str subclass), as the formatter falls back
+        return json.dumps(value, default=str)

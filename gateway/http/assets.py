@@ -7,7 +7,7 @@ import asyncio
 
 from aiohttp import web
 
-from gateway.http import keys
+from gateway.http import access, keys
 from gateway.storage import LocalStorage
 
 __all__ = ["routes", "serve_stored"]
@@ -65,6 +65,7 @@ async def serve_stored(
     response = web.StreamResponse(headers=headers)
     response.content_type = content_type or found.content_type
     response.content_length = found.size_bytes
+    access.add_request_id(request, response)  # prepared here: before the middleware sees it
     await response.prepare(request)
     async for chunk in storage.read(key):
         await response.write(chunk)

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from contracts.errors import NotFound
 from gateway import ids, stream
-from gateway.http import keys
+from gateway.http import access, keys
 
 __all__ = ["routes"]
 
@@ -55,6 +55,7 @@ async def prediction_stream(request: web.Request) -> web.StreamResponse:
         log.info("stream_resumed_from_start", extra={
             "job_id": job_id, "last_event_id": str(last_event_id)[:_LOGGED_ID_CHARS],
         })
+    access.add_request_id(request, response)  # prepared here: before the middleware sees it
     await response.prepare(request)
     frames = stream.follow(
         job,

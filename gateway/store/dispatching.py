@@ -7,7 +7,7 @@ PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so ``max_concurrency`` holds across 
 processes. Its statements, in order:
 
 1. at most :data:`SMALL_ROUND` + 1 waiting jobs (none: the round ends here, without a
-   count), read from two ranges of an index (:func:`_head`);
+   count), read from two ranges of an index (:func:`gateway.store.dispatchsql.head`);
 2. how many jobs the provider has in flight (a ``count(*)`` over the active jobs, less
    those the provider reported lost when that means it is not running them
    (``Capabilities.lost_is_idle``: Cog); on SQLite, when the jobs table has never held half
@@ -16,14 +16,23 @@ processes. Its statements, in order:
 3. when more jobs wait than the round may take (or than :data:`SMALL_ROUND`), each API
    token's first waiting jobs by priority and age (a window function), for the fair order
    (:func:`gateway.fairness.fair_order`) to choose from;
-4. the lease of the chosen jobs, returning their rows (on SQLite one ``UPDATE ... WHERE
-   id IN (...) RETURNING``, the select of the chosen ids inside it;
-   on PostgreSQL the ids are selected ``FOR UPDATE SKIP LOCKED`` first).
+4. the lease of the chosen jobs, returning their rows: one ``UPDATE ... WHERE id IN
+   (...) RETURNING``, the select of the chosen ids (still due) inside it, on PostgreSQL
+   ``FOR UPDATE SKIP LOCKED``.
 
 On SQLite the lock-free reader (:mod:`gateway.store.reader`) is asked first whether any
 job of the provider may wait (:data:`_MAY_WAIT_SQL`: unsubmitted and due, a superset of
-statement 1's); when none does the round ends without a transaction. A job committed just
-after that read wakes the dispatcher again, as one committed after statement 1 does.
+statement 1's), on PostgreSQL one ``SELECT`` outside a transaction (:data:`_MAY_WAIT`);
+when none does the round ends without a transaction. A job committed just after that
+read wakes the dispatcher again, as one committed after statement 1 does.
+
+On a SQLite file the round runs through ``sqlite3`` when it can
+(:mod:`gateway.store.engine.fastwrite`: the same ``BEGIN IMMEDIATE``, the same statements
+compiled once from the ones below, at a tenth of the engine's per-statement CPU;
+docs/benchmarks.md, "The claim on sqlite3"): every round with a fair order (the
+dispatcher's). A round without one over more jobs than it may take (oldest first), a
+locked file or any ``sqlite3`` error rolls back, nothing written, and runs through the
+engine as before.
 
 Each claimed job's callback token comes back with its row and is kept until the next
 round, so the submit that follows does not read it again (:meth:`claimed_token`).
@@ -31,6 +40,7 @@ round, so the submit that follows does not read it again (:meth:`claimed_token`)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -40,11 +50,18 @@ import sqlalchemy as sa
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.fairness import Candidate
-from gateway.store import lease
+from gateway.store import dispatchsql, lease
+from gateway.store.dispatchsql import SMALL_ROUND
 from gateway.store.engine.aio import Connection, Engine
+from gateway.store.engine.fastwrite import (
+    Compiled,
+    FastWrites,
+    SqliteConnection,
+    in_list,
+    result_processor,
+)
 from gateway.store.ordering import lock_key
-from gateway.store.reader import SqliteReads
-from gateway.store.records import ACTIVE as _ACTIVE
+from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import UNSUBMITTED as _UNSUBMITTED
 from gateway.store.records import job_from_row as _job
 from gateway.store.schema import jobs
@@ -65,10 +82,8 @@ was sent).
 Such a job is never ended here as "never submitted": it goes back to the dispatcher,
 whose idempotent submit learns the provider's id, so a cancel or deadline reaches the
 provider (docs/reliability.md, "Crash soak")."""
-SMALL_ROUND = 512
-"""Waiting jobs a round orders without the window function, when all of them may go."""
 
-_MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index, as _head's
+_MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index, as head's
     "SELECT 1 WHERE EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
     " AND state IN ('creating', 'queued') AND submitted_at IS NULL AND next_attempt_at <= ?)"
     " OR EXISTS (SELECT 1 FROM jobs WHERE provider = ?"
@@ -76,50 +91,6 @@ _MAY_WAIT_SQL = (  # one branch per range of the (state, next_attempt_at) index,
 )
 _ROWS_EVER_SQL = "SELECT max(rowid) FROM jobs"
 _ROWS_EVER: sa.Select[Any] = sa.select(sa.func.max(sa.literal_column("rowid"))).select_from(jobs)
-
-
-def _in_flight(
-    provider: str | sa.BindParameter[str], now: datetime | sa.BindParameter[datetime],
-    lost_is_idle: bool,
-) -> sa.Select[Any]:
-    """How many jobs ``provider`` has in flight: submitted and active, or leased for
-    dispatch right now (a submit under way in some process). With ``lost_is_idle``
-    (``Capabilities.lost_is_idle``), a job the provider said it no longer knows
-    (``lost_at`` set: Cog's watchdog probe found it neither running nor queued,
-    docs/cog.md §2) holds none of its slots while the gateway waits out ``lost_grace_s``
-    for its late terminal webhook; without, "lost" may mean only that the process that
-    asked cannot see it (an OpenAI-compatible call another process holds), and it
-    counts."""
-    submitted: sa.ColumnElement[bool] = jobs.c.submitted_at.is_not(None)
-    if lost_is_idle:
-        submitted = sa.and_(submitted, jobs.c.lost_at.is_(None))
-    return (
-        sa.select(sa.func.count())
-        .select_from(jobs)
-        .where(
-            jobs.c.provider == provider,
-            jobs.c.state.in_(_ACTIVE),
-            sa.or_(
-                submitted,
-                sa.and_(jobs.c.state.in_(_UNSUBMITTED), jobs.c.leased_until >= now),
-            ),
-        )
-    )
-
-
-def _head(unsubmitted: list[Any], now: datetime | sa.BindParameter[datetime]) -> sa.Select[Any]:
-    """At most :data:`SMALL_ROUND` + 1 waiting jobs (``unsubmitted`` and due at ``now``),
-    in no order: fewer than that are all of them. Due is ``next_attempt_at <= now`` or
-    unset: one branch each, so each is a range of the ``(state, next_attempt_at)`` index
-    (with the two together, SQLite read every unsubmitted row, jobs in flight at a
-    polling provider included); no ``ORDER BY``, so a long queue is not sorted to learn
-    that it is long."""
-    columns = (jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at)
-    both = sa.union_all(
-        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at <= now),
-        sa.select(*columns).where(*unsubmitted, jobs.c.next_attempt_at.is_(None)),
-    ).subquery()
-    return sa.select(both).limit(SMALL_ROUND + 1)
 
 
 # The round's statements, built once: the provider, the time and the chosen ids bound at
@@ -144,18 +115,48 @@ _WAITING_WHERE = [
     *_UNSUBMITTED_WHERE,
     sa.or_(jobs.c.next_attempt_at.is_(None), jobs.c.next_attempt_at <= _NOW),
 ]
-_HEAD = _head(_UNSUBMITTED_WHERE, _NOW)
-_IN_FLIGHT = {idle: _in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
+_HEAD = dispatchsql.head(_UNSUBMITTED_WHERE, _NOW)
+_MAY_WAIT = sa.select(sa.or_(*(  # _MAY_WAIT_SQL for the engine (PostgreSQL), built once
+    sa.exists().where(jobs.c.provider == _PROVIDER, jobs.c.state.in_(_UNSUBMITTED),
+                      jobs.c.submitted_at.is_(None), due)
+    for due in (jobs.c.next_attempt_at <= _NOW, jobs.c.next_attempt_at.is_(None)))))
+_IN_FLIGHT = {idle: dispatchsql.in_flight(_PROVIDER, _NOW, idle) for idle in (False, True)}
+_CANDIDATES = dispatchsql.ranked_candidates(_WAITING_WHERE)
 _DUE_CHOSEN = sa.select(jobs.c.id).where(jobs.c.id.in_(_CHOSEN), *_WAITING_WHERE)
 _MAYBE = sa.case((jobs.c.raw_status.in_(MAYBE_SUBMITTED), RESUBMITTING), else_=SUBMITTING)
-_LEASE_CHOSEN = (  # SQLite's claim of the chosen jobs (_lease_in_one), built once
-    jobs.update()
-    .where(jobs.c.id.in_(_DUE_CHOSEN.correlate(None).scalar_subquery()))
-    .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
-            leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
-            raw_status=_MAYBE)
-    .returning(*jobs.c)
-)
+
+
+def _lease(chosen: sa.Select[Any]) -> sa.Update:
+    """The lease of the jobs ``chosen`` selects (still due: the waiting conditions)."""
+    return (
+        jobs.update()
+        .where(jobs.c.id.in_(chosen.correlate(None).scalar_subquery()))
+        .values(lease_owner=sa.bindparam("d_owner", type_=jobs.c.lease_owner.type),
+                leased_until=sa.bindparam("d_until", type_=jobs.c.leased_until.type),
+                raw_status=_MAYBE)
+    )
+
+
+_LEASE = _lease(_DUE_CHOSEN)  # SQLite: the file is held, select and lease in one
+_LEASE_CHOSEN = {  # by dialect; PostgreSQL's skips rows another transaction holds
+    "sqlite": _LEASE.returning(*jobs.c),
+    "postgresql": _lease(_DUE_CHOSEN.with_for_update(skip_locked=True)).returning(*jobs.c),
+}
+_LEASED_IDS = _LEASE.returning(jobs.c.id, jobs.c.provider, jobs.c.callback_token)  # sqlite3's
+
+
+class _NeedsEngine(Exception):  # a signal, not an error: the round goes through the engine
+    """The ``sqlite3`` round would lease the oldest of a long queue (no fair order: not
+    the dispatcher's round); rolled back."""
+
+
+@functools.lru_cache(maxsize=4)
+def _fast_statements(dialect: sa.Dialect) -> dict[str, Compiled]:
+    """The round's statements compiled for the ``sqlite3`` path (built once per dialect)."""
+    return {"head": Compiled(_HEAD, dialect), "lease": Compiled(_LEASED_IDS, dialect),
+            "candidates": Compiled(_CANDIDATES, dialect),
+            **{f"in_flight_{idle}": Compiled(_IN_FLIGHT[idle], dialect)
+               for idle in (False, True)}}
 
 
 class DispatchClaims(lease.Leasing):
@@ -166,6 +167,7 @@ class DispatchClaims(lease.Leasing):
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
         self.fast_reads = SqliteReads(engine)  # lock-free reads on SQLite (store/reader.py)
+        self._fast_claims = FastWrites(engine)  # the claim on a SQLite file (module docstring)
         self._claimed_tokens: dict[str, tuple[str, str]] = {}  # the last round's, by job id
 
     def claimed_token(self, job_id: str) -> tuple[str, str] | None:
@@ -184,7 +186,8 @@ class DispatchClaims(lease.Leasing):
     ) -> list[Job]:
         """Lease unsubmitted, due jobs of ``provider``, up to ``max_concurrency`` minus the
         provider's jobs in flight (submitted and active, or leased for dispatch right now,
-        by any process); with ``lost_is_idle``, not those it reported lost (:func:`_in_flight`).
+        by any process); with ``lost_is_idle``, not those it reported lost
+        (:func:`gateway.store.dispatchsql.in_flight`).
 
         Without ``order``, oldest first. With it (:func:`gateway.fairness.fair_order`),
         each API token's first waiting jobs (by priority, then age) are the candidates (a
@@ -193,10 +196,91 @@ class DispatchClaims(lease.Leasing):
         candidates. The round's statements: the module docstring.
         """
         now = self._clock.now()
-        if self.fast_reads.exists(_MAY_WAIT_SQL, (provider, now, provider)) is False:
-            return []  # nothing waiting, by the lock-free reader (the module docstring)
         bound = {"d_provider": provider, "d_now": now}
+        if not await self._may_wait(bound):
+            return []  # nothing waiting (the module docstring): no transaction
+        until = now + self._lease_length
+        try:
+            fast = self._fast_claims.run(functools.partial(
+                self._claim_fast, bound, until, max_concurrency, order, lost_is_idle))
+        except _NeedsEngine:
+            fast = None  # rolled back: nothing written
+        if fast is not None:
+            found, tokens, rank = fast
+        else:
+            found, tokens, rank = await self._claim_engine(
+                bound, until, max_concurrency, order, lost_is_idle)
+        self._claimed_tokens = tokens
+        if rank is None:
+            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
+        return sorted(found, key=lambda job: rank[job.id])
+
+    async def _may_wait(self, bound: dict[str, Any]) -> bool:
+        """Whether any job of the provider may wait (:data:`_MAY_WAIT`: a superset of
+        statement 1's), by SQLite's lock-free reader, or on PostgreSQL by one ``SELECT``
+        outside a transaction (one round trip where the round's transaction takes four);
+        True when neither answers."""
+        found = self.fast_reads.exists(
+            _MAY_WAIT_SQL, (bound["d_provider"], bound["d_now"], bound["d_provider"]))
+        if found is not None:
+            return found
+        if self._engine.dialect.name != "postgresql":
+            return True
+        async with self._engine.read() as conn:
+            return bool((await conn.execute(_MAY_WAIT, bound)).scalar())
+
+    def _claim_fast(
+        self, bound: dict[str, Any], until: datetime, max_concurrency: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None, lost_is_idle: bool,
+        conn: SqliteConnection,
+    ) -> tuple[list[Job], dict[str, tuple[str, str]], dict[str, int] | None]:
+        """:meth:`_claim_engine` on ``sqlite3`` inside ``BEGIN IMMEDIATE`` (the module
+        docstring); :class:`_NeedsEngine` for oldest first over a long queue."""
+        sql = _fast_statements(self._engine.dialect)
+        created = result_processor(jobs, self._engine.dialect, "created_at")
+        assert created is not None
+        head = sorted(
+            (Candidate(r[0], r[1] or "", r[2], created(r[3])) for r in sql["head"](conn, bound)),
+            key=lambda c: (c.created_at, c.id),
+        )
+        if not head:
+            return [], {}, None
+        rows_ever = int(conn.execute(_ROWS_EVER_SQL).fetchone()[0] or 0)
+        if rows_ever * 2 <= max_concurrency:
+            in_flight = rows_ever
+        else:
+            in_flight = int(sql[f"in_flight_{lost_is_idle}"](conn, bound).fetchone()[0])
+        limit = max_concurrency - in_flight
+        if limit <= 0:
+            return [], {}, None
+        all_fit = len(head) <= min(limit, SMALL_ROUND)
+        if order is None and not all_fit:
+            raise _NeedsEngine  # oldest first over a long queue: the engine's round
+        candidates = head if all_fit else [
+            Candidate(r[0], r[1] or "", r[2], created(r[3]))
+            for r in sql["candidates"](conn, {**bound, **_candidate_limits(limit)})]
+        chosen = candidates if order is None else order(candidates, limit)
+        if not chosen:
+            return [], {}, None
+        leased = {**bound, "d_chosen": [c.id for c in chosen], "d_owner": self._owner,
+                  "d_until": until}
+        tokens = {row[0]: (row[1], row[2]) for row in sql["lease"](conn, leased)}
+        if not tokens:
+            return [], {}, None
+        ids = sorted(tokens)
+        found = [job_of(row) for row in conn.execute(ROWS_SQL.format(in_list(len(ids))), ids)]
+        rank = None if order is None else {c.id: i for i, c in enumerate(chosen)}
+        return found, tokens, rank
+
+    async def _claim_engine(
+        self, bound: dict[str, Any], until: datetime, max_concurrency: int,
+        order: Callable[[list[Candidate], int], list[Candidate]] | None, lost_is_idle: bool,
+    ) -> tuple[list[Job], dict[str, tuple[str, str]], dict[str, int] | None]:
+        """The round through the engine: ``(jobs leased, their (provider, callback token)
+        by id, the chosen order by id or None for oldest first)``."""
+        provider = bound["d_provider"]
         rank: dict[str, int] | None = None
+        rows: list[Any] = []
         async with self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key(provider))))
@@ -206,13 +290,12 @@ class DispatchClaims(lease.Leasing):
                 key=lambda c: (c.created_at, c.id),
             )
             if not head:
-                return []  # nothing waiting (a round woken by a finished job): no count
+                return [], {}, None  # nothing waiting (a round woken by a finished job)
             in_flight = await self._in_flight(conn, bound, max_concurrency, lost_is_idle)
             limit = max_concurrency - in_flight
             if limit <= 0:
-                return []
+                return [], {}, None
             all_fit = len(head) <= min(limit, SMALL_ROUND)
-            until = now + self._lease_length
             if order is None and not all_fit:
                 due = (
                     sa.select(jobs.c.id)
@@ -226,22 +309,13 @@ class DispatchClaims(lease.Leasing):
                 candidates = head if all_fit else await self._candidates(conn, bound, limit)
                 chosen = candidates if order is None else order(candidates, limit)
                 if not chosen:
-                    return []
+                    return [], {}, None
                 rank = {c.id: i for i, c in enumerate(chosen)}
-                chosen_ids = {**bound, "d_chosen": [c.id for c in chosen]}
-                if conn.dialect.name == "sqlite":  # the file is held: select and lease in one
-                    leased = {**chosen_ids, "d_owner": self._owner, "d_until": until}
-                    rows = list(await conn.execute(_LEASE_CHOSEN, leased))
-                else:
-                    rows = await lease.claim(
-                        conn, jobs, _DUE_CHOSEN.params(chosen_ids), owner=self._owner,
-                        until=until, raw_status=_MAYBE,
-                    )
-        self._claimed_tokens = {row.id: (row.provider, row.callback_token) for row in rows}
-        found = [_job(row) for row in rows]
-        if rank is None:
-            return sorted(found, key=lambda job: (job.created_at, job.id))  # oldest first
-        return sorted(found, key=lambda job: rank[job.id])
+                leased = {**bound, "d_chosen": [c.id for c in chosen], "d_owner": self._owner,
+                          "d_until": until}
+                rows = list(await conn.execute(_LEASE_CHOSEN[conn.dialect.name], leased))
+        tokens = {row.id: (row.provider, row.callback_token) for row in rows}
+        return [_job(row) for row in rows], tokens, rank
 
     async def _in_flight(
         self, conn: Connection, bound: dict[str, Any], max_concurrency: int, lost_is_idle: bool,
@@ -261,23 +335,10 @@ class DispatchClaims(lease.Leasing):
     async def _candidates(
         self, conn: Connection, bound: dict[str, Any], per_owner: int
     ) -> list[Candidate]:
-        position = sa.func.row_number().over(
-            partition_by=jobs.c.owner,
-            order_by=(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id),
-        )
-        ranked = (
-            sa.select(
-                jobs.c.id, jobs.c.owner, jobs.c.priority, jobs.c.created_at,
-                position.label("position"),
-            )
-            .where(*_WAITING_WHERE)
-            .subquery()
-        )
-        query = (
-            sa.select(ranked)
-            .where(ranked.c.position <= per_owner)
-            .order_by(ranked.c.priority.desc(), ranked.c.position, ranked.c.created_at)
-            .limit(max(per_owner * 64, 512))
-        )
-        rows = await conn.execute(query, bound)
+        rows = await conn.execute(_CANDIDATES, {**bound, **_candidate_limits(per_owner)})
         return [Candidate(r.id, r.owner or "", r.priority, r.created_at) for r in rows]
+
+
+def _candidate_limits(per_owner: int) -> dict[str, int]:
+    """:data:`_CANDIDATES`' bounds for a round that may take ``per_owner`` jobs."""
+    return {"d_per_owner": per_owner, "d_most": max(per_owner * 64, 512)}

@@ -21,6 +21,10 @@ process claims the event from the store; a process that stops gracefully gives b
 those its processor has not taken (:meth:`ProviderEvents.release_handed`), for the next
 process to claim at once.
 
+A body its caller can apply at once (:meth:`ProviderEvents.add_applied`) is applied in
+the transaction that stores it when nothing else of its job waits
+(:mod:`gateway.store.applied`); anything else is stored for the processor as below.
+
 Per job, events are applied in the order they were stored (by id; docs/lifecycle.md,
 "Order of a job's provider events"): an event is not claimed, or taken from memory, while
 an earlier unprocessed event of its job is held by another process or waits (for a
@@ -32,9 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,18 +48,20 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from contracts.errors import ServiceUnavailable
+from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.store import eventorder, lease
+from gateway.store import eventorder, lease, outbox
+from gateway.store.applied import Applying, Checks, Stored, add_fast, postponed
 from gateway.store.engine import db
 from gateway.store.engine.aio import Engine
-from gateway.store.engine.fastwrite import FastWrites, SqliteConnection, in_list, sqlite_time
+from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
 from gateway.store.reader import SqliteReads
 from gateway.store.records import ACTIVE, ProviderEvent
 from gateway.store.schema import jobs, provider_events
 
-__all__ = ["ProviderEvents"]
+__all__ = ["INLINE_BYTES", "Applying", "ProviderEvents", "Stored"]
 
 
 @dataclass(frozen=True)
@@ -64,10 +71,10 @@ class _New:
     event_key: str
     body: bytes
     check_after: datetime | None
+    applying: Applying | None = None
 
 
-_INLINE_BYTES = 64 * 1024
-_Checks = dict[tuple[str, str], "datetime | None"]  # (job id, event key) -> check after
+INLINE_BYTES = 64 * 1024  # bodies up to this are hashed and stored on the loop (and applied)
 MAX_HANDED = 1024  # events held in memory for the processor; more wait in the store
 STORE_EVERY_S = 1.0  # the store's events are claimed at least this often (ProviderEvents.claim)
 STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
@@ -100,7 +107,8 @@ class ProviderEvents(lease.Leasing):
         self, engine: Engine, *, owner: str, lease_s: float, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         super().__init__(engine, owner=owner, lease_s=lease_s, clock=clock)
-        self._adds: Group[_New, bool] = Group("provider-events", self._add_group, max_items=128)
+        self._adds: Group[_New, Stored] = Group("provider-events", self._add_group,
+                                                 max_items=128)
         self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
         self._reads = SqliteReads(engine)
         self._fast = FastWrites(engine)  # the hot transactions on SQLite (engine/fastwrite.py)
@@ -123,21 +131,47 @@ class ProviderEvents(lease.Leasing):
         ServiceUnavailable
             The event could not be stored (answer 503 so the provider retries).
         """
+        return (await self._store(_New(job_id, provider, "", body, check_after))).new
+
+    async def add_applied(
+        self, job_id: str, provider: str, body: bytes, applying: Applying, *,
+        check_after: datetime | None = None,
+    ) -> Stored:
+        """:meth:`add`, applying the body in the transaction that stores it when it can
+        (the module docstring): then the event is stored processed and ``Stored.applied``
+        is True; otherwise it is stored for the processor as by :meth:`add`.
+
+        Raises
+        ------
+        ServiceUnavailable
+            The event could not be stored (answer 503 so the provider retries).
+        """
+        return await self._store(_New(job_id, provider, "", body, check_after, applying))
+
+    @property
+    def applies_as_stored(self) -> bool:
+        """Whether :meth:`add_applied` may apply here at all (a SQLite file); else it
+        stores only, and its caller need not prepare an :class:`Applying`."""
+        return self._fast.available
+
+    async def _store(self, new: _New) -> Stored:
+        body = new.body
         # Hashing megabytes would stall every other request: on a worker thread.
-        if len(body) > _INLINE_BYTES:
+        if len(body) > INLINE_BYTES:
             event_key = await asyncio.to_thread(_key, body)
         else:
             event_key = _key(body)
         try:
-            return await self._adds(_New(job_id, provider, event_key, body, check_after))
+            return await self._adds(dataclasses.replace(new, event_key=event_key))
         except SQLAlchemyError as exc:
             raise ServiceUnavailable("the event could not be stored; retry later") from exc
 
-    async def _add_group(self, group: list[_New]) -> list[bool | BaseException]:
+    async def _add_group(self, group: list[_New]) -> list[Stored | BaseException]:
         now = self._clock.now()
         # Leased to this process at once, and handed over in memory after the commit.
         hand = len(self._handed) + len(group) <= MAX_HANDED
         until = now + self._lease_length if hand else None
+        news = sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
         rows = [
             {
                 "job_id": e.job_id,
@@ -148,25 +182,39 @@ class ProviderEvents(lease.Leasing):
                 "lease_owner": self._owner if hand else None,
                 "leased_until": until,
             }
-            for e in sorted(group, key=lambda e: e.job_id)  # jobs rows locked in id order
+            for e in news
         ]
         checks = {(e.job_id, e.event_key): e.check_after for e in group}
-        small = all(len(e.body) <= _INLINE_BYTES for e in group)
-        stored = self._fast.run(lambda conn: _add_fast(conn, rows, checks)) if small else None
+        small = all(len(e.body) <= INLINE_BYTES for e in group)
+        applied: dict[tuple[str, str], tuple[Job, Job | None]] = {}
+        stored = None
+        if small:
+            applyings, dialect = [e.applying for e in news], self._engine.dialect
+            stored = self._fast.run(
+                lambda conn: add_fast(conn, rows, checks, applyings, applied, dialect, now))
         if stored is None:
+            applied.clear()  # rolled back, if anything was
             stored = await self._add_engine(rows, checks)
-        new: list[bool | BaseException] = []
+        results: list[Stored | BaseException] = []
         handed: list[ProviderEvent] = []
         for e in group:
-            event_id = stored.pop((e.job_id, e.event_key), None)  # once within the group
-            new.append(event_id is not None)
-            if event_id is not None:
+            key = (e.job_id, e.event_key)
+            event_id = stored.pop(key, None)  # once within the group
+            if event_id is None:
+                results.append(Stored(new=False))
+            elif key in applied:
+                old, written = applied[key]
+                if written is not None and old.state is not written.state:
+                    outbox.log_transition(old, written)
+                results.append(Stored(new=True, applied=True, job=written, event_id=event_id))
+            else:
+                results.append(Stored(new=True, event_id=event_id))
                 handed.append(ProviderEvent(event_id, e.job_id, e.provider, e.body))
         if until is not None:
             self._handed.extend((until, event) for event in sorted(handed, key=lambda e: e.id))
-        return new
+        return results
 
-    async def _add_engine(self, rows: list[dict[str, Any]], checks: _Checks
+    async def _add_engine(self, rows: list[dict[str, Any]], checks: Checks
                           ) -> dict[tuple[str, str], int]:
         async with self._engine.begin() as conn:
             insert = db.dialect_insert(conn)
@@ -178,7 +226,7 @@ class ProviderEvents(lease.Leasing):
                 )
             )
             stored = {(r.job_id, r.event_key): r.id for r in await conn.execute(statement, rows)}
-            params = _postponed(checks, stored)
+            params = postponed(checks, stored)
             if params:
                 await conn.execute(_POSTPONE, params)
         return stored
@@ -345,45 +393,7 @@ class ProviderEvents(lease.Leasing):
         )
 
 
-def _postponed(checks: _Checks, stored: Mapping[tuple[str, str], int]) -> list[dict[str, Any]]:
-    """The postponed checks of the jobs whose events were new (``stored``): one update per
-    job, in id order. Every process locks jobs rows in that order, so two processes
-    postponing the same jobs wait for each other instead of deadlocking."""
-    until: dict[str, datetime] = {}
-    for (job_id, event_key), at in checks.items():
-        if at is not None and (job_id, event_key) in stored:
-            until[job_id] = max(at, until.get(job_id, at))
-    return [{"p_id": job_id, "p_until": until[job_id]} for job_id in sorted(until)]
-
-
-_INSERT_SQL = (
-    "INSERT INTO provider_events (job_id, provider, event_key, body, received_at, lease_owner,"
-    " leased_until) VALUES (?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (job_id, event_key) DO NOTHING RETURNING id"
-)
-_POSTPONE_SQL = (  # noqa: S608 (fixed state names)
-    "UPDATE jobs SET next_attempt_at = ? WHERE id = ? AND state IN ({})"
-    " AND submitted_at IS NOT NULL AND next_attempt_at < ?"
-).format(", ".join(f"'{s}'" for s in ACTIVE))
 _MARK_SQL = (
     "UPDATE provider_events SET lease_owner = NULL, processed_at = ?, leased_until = NULL"
     " WHERE id IN ({}) AND lease_owner = ? AND processed_at IS NULL RETURNING id"
 )
-
-
-def _add_fast(conn: SqliteConnection, rows: list[dict[str, Any]], checks: _Checks
-              ) -> dict[tuple[str, str], int]:
-    """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`)."""
-    stored: dict[tuple[str, str], int] = {}
-    for r in rows:
-        found = conn.execute(_INSERT_SQL, (
-            r["job_id"], r["provider"], r["event_key"], r["body"], sqlite_time(r["received_at"]),
-            r["lease_owner"], sqlite_time(r["leased_until"]),
-        )).fetchone()
-        if found is not None:
-            stored[(r["job_id"], r["event_key"])] = found[0]
-    conn.executemany(_POSTPONE_SQL, [
-        (sqlite_time(p["p_until"]), p["p_id"], sqlite_time(p["p_until"]))
-        for p in _postponed(checks, stored)
-    ])
-    return stored

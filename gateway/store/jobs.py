@@ -25,7 +25,7 @@ from gateway.store.claims import Claims
 from gateway.store.engine import errors
 from gateway.store.engine.aio import Connection, Engine
 from gateway.store.heartbeat import RENEWALS_PER_LEASE
-from gateway.store.ordering import moves_back, outcome_values, progress_values
+from gateway.store.ordering import outcome_values, progress_columns
 from gateway.store.reader import GET_JOB, GET_LEASED_JOB
 from gateway.store.records import ACTIVE as _ACTIVE
 from gateway.store.records import TERMINAL as _TERMINAL
@@ -344,10 +344,9 @@ class JobStore(Claims):
         def decide(old: Job) -> dict[str, Any] | None:
             if old.state.value not in allowed:
                 return None
-            now = self._clock.now()
             values: dict[str, Any] = dict(extra) if force else {}
-            if not moves_back(old, progress):
-                values.update(progress_values(old, progress, now))
+            now = self._clock.now()
+            values.update(progress_columns(old, progress, now))
             return {**values, "updated_at": now} if values else None
 
         return await self._write(job_id, decide, allowed)

@@ -13,7 +13,9 @@ from typing import Any
 from contracts.job import Job, JobState, can_transition, state_rank
 from gateway.store.records import Outcome, Progress, storable_text
 
-__all__ = ["lock_key", "moves_back", "outcome_values", "predicted", "progress_values"]
+__all__ = [
+    "lock_key", "moves_back", "outcome_values", "predicted", "progress_columns", "progress_values",
+]
 
 
 def moves_back(old: Job, progress: Progress) -> bool:
@@ -51,6 +53,16 @@ def progress_values(old: Job, progress: Progress, now: datetime) -> dict[str, An
     if logs is not None and logs != old.logs:
         values["logs"] = logs
     return values
+
+
+def progress_columns(old: Job, progress: Progress, now: datetime) -> dict[str, Any]:
+    """The columns (name -> value) the non-terminal ``progress`` writes on the active job
+    ``old`` at ``now``, ``updated_at`` among them; empty when it brings nothing new (an
+    older snapshot, :func:`moves_back`, or the same one again)."""
+    if moves_back(old, progress):
+        return {}
+    values = progress_values(old, progress, now)
+    return {**values, "updated_at": now} if values else {}
 
 
 def predicted(old: Job, values: dict[str, Any]) -> Job:

@@ -278,6 +278,7 @@ class JobReader:
         self._store = store
         self._fast: SqliteReads = store.fast_reads
         self._versions = SqliteVersions(self._fast)  # known and batched (store/versions.py)
+        self._sqlite = self._versions.available
         engine = store.engine
         self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
                     if engine.dialect.name == "postgresql" else None)
@@ -291,12 +292,19 @@ class JobReader:
         """The job with ``job_id``; ``NotFound`` if there is none."""
         return await self._store.get(job_id)
 
+    def known_version(self, job_id: str) -> tuple[RowVersion, str, str] | None:
+        """What :meth:`version` answers, when it is known without a read (SQLite: read
+        since the last commit of any process, :mod:`gateway.store.versions`); else None
+        (not known, or no such job: ask :meth:`version`). Not a coroutine: an in-flight
+        GET of an unchanged prediction awaits nothing."""
+        return self._versions.known(job_id) if self._sqlite else None
+
     async def version(self, job_id: str) -> tuple[RowVersion, str, str] | None:
         """``((row_version, updated_at), tenant, arm)`` of the job, None if there is none:
         one primary-key read of four small columns, batched with the other GETs waiting
         (on PostgreSQL one round trip); on SQLite none while nothing was committed since
         this job's last read (:mod:`gateway.store.versions`)."""
-        if self._versions.available:
+        if self._sqlite:
             known = self._versions.known(job_id)
             if known is not None:
                 return known

@@ -44,7 +44,7 @@ from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import job_from_row
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["JobWrites", "Write"]
+__all__ = ["JobWrites", "Write", "stored_as_given", "update_sql"]
 
 MAX_RACES = 5
 INLINE_BYTES = 64 * 1024  # payloads up to this are planned on the event loop (docs/lifecycle.md)
@@ -208,7 +208,7 @@ class JobWrites:
             if not going:
                 return raced
             await _update(conn, going)
-            unsure = {item.old.id for item in going if not _stored_as_given(item.values)}
+            unsure = {item.old.id for item in going if not stored_as_given(item.values)}
             written = await _select(conn, sorted(unsure), lock=False) if unsure else {}
             transitions = []
             for item in going:
@@ -254,8 +254,8 @@ class JobWrites:
             params = bound(jobs, self._dialect, names, item.values)
             shapes.setdefault(names, []).append([*params, item.old.id, item.old.state.value])
         for names, params in shapes.items():
-            conn.executemany(_update_sql(names), params)
-        unsure = sorted(item.old.id for item in going if not _stored_as_given(item.values))
+            conn.executemany(update_sql(names), params)
+        unsure = sorted(item.old.id for item in going if not stored_as_given(item.values))
         back = ({row[0]: job_of(row) for row in conn.execute(
             ROWS_SQL.format(in_list(len(unsure))), unsure)} if unsure else {})
         for item in going:
@@ -298,7 +298,7 @@ class _NeedsEngine(Exception):  # a signal, not an error: the group goes through
 
 
 @functools.lru_cache(maxsize=64)
-def _update_sql(names: tuple[str, ...]) -> str:
+def update_sql(names: tuple[str, ...]) -> str:
     """``UPDATE jobs SET`` the columns ``names`` ``WHERE`` the id and state match (fixed
     column names: one string per set of columns)."""
     sets = ", ".join(f"{name} = ?" for name in names)
@@ -345,29 +345,38 @@ async def _select(conn: Connection, ids: list[str], *, lock: bool) -> dict[str, 
     return {row.id: job_from_row(row) for row in rows}
 
 
-def _plain(column: sa.Column[Any], value: Any) -> bool:
-    """Whether ``column`` gives ``value`` back as it is on both backends: None, a ``str``
-    in a text column, an ``int`` in an integer one, a ``bool`` in a boolean one, a UTC
-    ``datetime`` in a :class:`UTCDateTime` one (microseconds kept by both). JSON and
-    anything else may come back changed (tuples as lists, keys as strings)."""
-    if value is None:
-        return True
-    kind = type(value)
+def _plain_kind(column: sa.Column[Any]) -> type | None:
+    """The one Python type ``column`` gives back as it was given on both backends: ``str``
+    in a text column, ``int`` in an integer one, ``bool`` in a boolean one, a (UTC)
+    ``datetime`` in a :class:`UTCDateTime` one (microseconds kept by both); None for JSON
+    and anything else, which may come back changed (tuples as lists, keys as strings)."""
     if isinstance(column.type, UTCDateTime):
-        return kind is datetime and value.tzinfo is UTC
+        return datetime
     if isinstance(column.type, sa.JSON):
-        return False
+        return None
     if isinstance(column.type, sa.Boolean):
-        return kind is bool
+        return bool
     if isinstance(column.type, sa.Integer):
-        return kind is int
-    return isinstance(column.type, sa.String) and kind is str  # Text is a String
+        return int
+    return str if isinstance(column.type, sa.String) else None  # Text is a String
 
 
-def _stored_as_given(values: dict[str, Any]) -> bool:
+_PLAIN_KINDS = {column.name: _plain_kind(column) for column in jobs.c}  # built once
+
+
+def stored_as_given(values: dict[str, Any]) -> bool:
     """Whether the job ``values`` make is :func:`ordering.predicted`'s exactly, so the
-    written row need not be read back."""
-    return all(name in jobs.c and _plain(jobs.c[name], v) for name, v in values.items())
+    written row need not be read back: each value None, or of its column's plain kind
+    (:func:`_plain_kind`; a datetime in UTC)."""
+    for name, value in values.items():
+        if value is None:
+            if name not in _PLAIN_KINDS:
+                return False
+            continue
+        kind = type(value)
+        if kind is not _PLAIN_KINDS.get(name) or (kind is datetime and value.tzinfo is not UTC):
+            return False
+    return True
 
 
 async def _update(conn: Connection, going: list[_Ready]) -> None:

@@ -26,12 +26,18 @@ from gateway.store.due import Due
 from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import events_loop
+from tests.support.outbox import events_loop, processor_only
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
 
 LEASE_S = 5.0  # tests/support/gateway.py settings_dict: gateway.lease_s
+
+
+@pytest.fixture(autouse=True)
+def _processor_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here is of the processor's handoff: no webhook is applied as stored."""
+    processor_only(None, monkeypatch)
 
 
 async def queued_job(gateway: GatewayHarness) -> str:
@@ -208,7 +214,9 @@ async def test_an_apply_longer_than_a_lease_keeps_it_and_no_other_process_repeat
 
 
 def fail_first_parse(gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The provider adapter crashes once (a retryable error): that event waits 30 s."""
+    """The provider adapter crashes once (a retryable error) in the processor: that event
+    waits 30 s."""
+    processor_only(gateway, monkeypatch)
     monkeypatch.setattr(events_loop(gateway), "_backoff", Backoff(30.0, 30.0, jitter=False))
     parse, crashes = gateway.fake.parse_webhook, [RuntimeError("adapter bug")]
 

@@ -4,9 +4,10 @@ events"; gateway/store/events.py), on every backend.
 
 Hypothesis writes the programs: webhooks reaching either process, event rounds in either
 (some applies failing once, so the event waits a backoff), and time passing (backoffs and
-leases running out). Whenever a processor begins to apply an event, no earlier event of
-its job may be unprocessed; at the end, with the time past every backoff and lease, each
-event has applied exactly once.
+leases running out). Whenever a processor begins to apply an event, or a webhook is
+applied in the transaction that stores it (gateway/store/applied.py, on SQLite), no
+earlier event of its job may be unprocessed; at the end, with the time past every backoff
+and lease, each event has applied exactly once, by one of the two.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
 from gateway.retry import Backoff
+from gateway.store.applied import Stored
 from gateway.store.records import ProviderEvent
 from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
@@ -49,6 +51,7 @@ class Processes:
         self.gateways = gateways
         self.out_of_order: list[tuple[int, list[int]]] = []
         self.applied: list[int] = []  # ids of the events whose apply succeeded
+        self.as_stored = 0  # of which applied in the transaction that stored them
         self.fail_next = False
         for gateway in gateways:
             self._observe(gateway, monkeypatch)
@@ -71,7 +74,22 @@ class Processes:
                 raise RuntimeError("adapter bug")  # retryable: the event waits a backoff
             return parse(body)
 
+        events = processor._events
+        add_applied = events.add_applied
+
+        async def stored(job_id: str, *args: Any, **kwargs: Any) -> Stored:
+            done: Stored = await add_applied(job_id, *args, **kwargs)
+            if done.applied:
+                assert done.event_id is not None
+                earlier = await self.unprocessed(gateway, job_id, before=done.event_id)
+                if earlier:
+                    self.out_of_order.append((done.event_id, earlier))
+                self.applied.append(done.event_id)
+                self.as_stored += 1
+            return done
+
         monkeypatch.setattr(processor, "_apply", observed)
+        monkeypatch.setattr(events, "add_applied", stored)
         monkeypatch.setattr(gateway.fake, "parse_webhook", flaky)
 
     @staticmethod

@@ -26,6 +26,7 @@ from tests.support.faults import (
     sql,
 )
 from tests.support.gateway import VERSION, GatewayHarness
+from tests.support.outbox import processor_only
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
@@ -167,9 +168,10 @@ async def test_fault_03_poller_one_failing_job_does_not_abort_the_round(
 
 
 async def test_fault_03_event_processor_one_failing_job_does_not_abort_the_round(
-    make_gateway: Any,
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gateway = await make_gateway(providers={"fake": {"kind": "fake", "max_concurrency": 4}})
+    processor_only(gateway, monkeypatch)
     first, second = [await submitted(gateway, prompt=p) for p in ("a", "b")]
     for job_id in (first, second):
         assert await gateway.deliver(job_id, JobState.RUNNING, logs="go\n") == 200

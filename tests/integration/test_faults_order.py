@@ -17,7 +17,7 @@ from contracts.job import JobState
 from contracts.snapshot import ProviderRef
 from tests.support.faults import event_rows, loop_named
 from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import observe, start_job
+from tests.support.outbox import observe, processor_only, start_job
 from tests.support.receiver import Receiver
 from tests.support.waiting import wait_until
 
@@ -108,6 +108,8 @@ async def test_fault_06_an_event_is_marked_processed_only_by_its_lease_holder(
     """Process A's lease on an event expires and B takes it; when A finishes it must not
     mark the event processed (nor clear B's lease) while B is still applying it."""
     one, two = await make_gateway(), await make_gateway()
+    for harness in (one, two):
+        processor_only(harness, monkeypatch)
     prediction = await one.create({"version": VERSION, "input": {"prompt": "x"}})
     job_id = prediction["id"]
     await one.settle()

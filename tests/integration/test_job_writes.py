@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from contracts.job import Job, JobState
-from gateway.store.writes import Write, _stored_as_given
+from gateway.store.writes import Write, stored_as_given
 from tests.support.gateway import VERSION, GatewayHarness
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
@@ -25,13 +25,13 @@ async def _write(gateway: GatewayHarness, job_id: str, values: dict[str, Any]) -
 
 def test_only_values_every_backend_gives_back_unchanged_skip_the_read_back() -> None:
     at = datetime(2026, 11, 30, 18, 1, 2, 345678, tzinfo=UTC)
-    assert _stored_as_given({"raw_status": "x", "submitted_at": at, "attempts": 3,
+    assert stored_as_given({"raw_status": "x", "submitted_at": at, "attempts": 3,
                              "data_removed": True, "lease_owner": None})
-    assert not _stored_as_given({"output": ["a"]})  # JSON: read back
-    assert not _stored_as_given({"submitted_at": at.astimezone(timezone(timedelta(hours=2)))})
-    assert not _stored_as_given({"attempts": True})  # a bool in an integer column
-    assert not _stored_as_given({"raw_status": JobState.QUEUED})  # a str subclass
-    assert not _stored_as_given({"no_such_column": "x"})
+    assert not stored_as_given({"output": ["a"]})  # JSON: read back
+    assert not stored_as_given({"submitted_at": at.astimezone(timezone(timedelta(hours=2)))})
+    assert not stored_as_given({"attempts": True})  # a bool in an integer column
+    assert not stored_as_given({"raw_status": JobState.QUEUED})  # a str subclass
+    assert not stored_as_given({"no_such_column": "x"})
 
 
 async def test_a_write_not_read_back_answers_the_job_a_read_returns(
@@ -46,7 +46,7 @@ async def test_a_write_not_read_back_answers_the_job_a_read_returns(
         "lease_owner": None, "leased_until": None, "next_attempt_at": at,
         "updated_at": at, "priority": -3,
     }
-    assert _stored_as_given(values)
+    assert stored_as_given(values)
     written = await _write(gateway, created["id"], values)
     stored = await gateway.store.get(created["id"])
     assert written == stored

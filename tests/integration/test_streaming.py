@@ -121,6 +121,9 @@ def test_a_finished_prediction_replays_and_ends_with_done(
     )
     prediction.wait()
     assert prediction.status == "succeeded"
+    with httpx.Client(timeout=30, verify=True) as http:  # prepared by its handler itself
+        answer = http.get(prediction.urls["stream"], headers={"X-Request-Id": "stream-1"})
+    assert answer.headers["X-Request-Id"] == "stream-1"
     events = list(prediction.stream())
     assert "".join(str(e) for e in events if e.event.value == "output") == "one two"
     assert events[-1].event.value == "done"

@@ -9,6 +9,8 @@ import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.app import LOOPS
+from gateway.http import keys
+from gateway.intake import Intake
 from gateway.store.engine.aio import Engine
 from gateway.store.schema import outbox
 from gateway.webhooks.delivery import Delivery
@@ -44,6 +46,19 @@ def delivery_loop(gateway: GatewayHarness) -> Delivery:
 
 def events_loop(gateway: GatewayHarness) -> Any:
     return next(loop for loop in gateway.app[LOOPS] if loop.name == "events")
+
+
+def processor_only(gateway: GatewayHarness | None, monkeypatch: Any) -> None:
+    """Every provider webhook of ``gateway`` (None: of every gateway) stored for its event
+    processor, none applied in the transaction that stores it (gateway/store/applied.py,
+    SQLite only): for the tests of the processor's own rules (retries, leases, marks,
+    its handoff), which that path would otherwise pass by."""
+
+    async def stored_only(*args: Any) -> None:
+        return None
+
+    target = Intake if gateway is None else gateway.app[keys.INTAKE]
+    monkeypatch.setattr(target, "_applying", stored_only)
 
 
 async def start_job(

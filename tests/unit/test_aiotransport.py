@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from adapters.aiotransport import AiohttpTransport
+from adapters.aiotransport import AiohttpTransport, json_body, send
 from adapters.tls import client_context
 
 
@@ -96,3 +96,54 @@ async def test_an_answer_slower_than_the_read_timeout_is_a_read_timeout(server: 
     async with _client(server, timeout_s=0.2) as client:
         with pytest.raises(httpx.ReadTimeout):
             await client.get("/stall")
+
+
+_JSON = [("Prefer", "respond-async"), ("Content-Type", "application/json")]
+
+
+async def _sent(transport: httpx.AsyncBaseTransport, url: str, timeout_s: float = 10.0,
+                method: str = "PUT") -> httpx.Response:
+    return await send(transport, method, url, content=json_body({"id": "p1", "ü": 1}),
+                      headers=_JSON, limits=httpx.Timeout(timeout_s))
+
+
+@pytest.mark.parametrize("through", ["aiohttp", "httpx"])
+async def test_send_sends_what_the_client_would(server: str, through: str) -> None:
+    transport: httpx.AsyncBaseTransport = (
+        AiohttpTransport(ssl_context=client_context()) if through == "aiohttp"
+        else httpx.AsyncHTTPTransport())
+    try:
+        for _ in range(2):
+            answer = await _sent(transport, server + "/echo?x=1")
+            assert answer.status_code == 202
+            assert answer.headers["x-seen"] == "yes"
+            assert answer.json() == {"method": "PUT", "path": "/echo?x=1",
+                                     "body": '{"id":"p1","ü":1}', "prefer": "respond-async",
+                                     "type": "application/json"}
+        async with httpx.AsyncClient() as client:  # the body as httpx's json= encodes it
+            built = client.build_request("PUT", server, json={"id": "p1", "ü": 1})
+        assert json_body({"id": "p1", "ü": 1}) == built.content
+    finally:
+        await transport.aclose()
+
+
+async def test_send_decodes_an_encoded_answer(server: str) -> None:
+    transport = AiohttpTransport(ssl_context=client_context())
+    try:
+        assert (await _sent(transport, server + "/gzip", method="GET")).text == "hello " * 100
+    finally:
+        await transport.aclose()
+
+
+async def test_send_raises_what_httpx_raises(server: str) -> None:
+    transport = AiohttpTransport(ssl_context=client_context())
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    try:
+        with pytest.raises(httpx.ConnectError):
+            await _sent(transport, f"http://127.0.0.1:{port}/")
+        with pytest.raises(httpx.ReadTimeout):
+            await _sent(transport, server + "/stall", timeout_s=0.2, method="GET")
+    finally:
+        await transport.aclose()

@@ -17,6 +17,7 @@ import pytest
 from contracts.errors import Unauthenticated
 from contracts.job import JobState
 from gateway import logs
+from gateway.http import access
 from gateway.http.middleware import ApiTokens
 
 
@@ -96,6 +97,35 @@ def test_no_direct_line_when_anything_else_would_see_the_record(
         log.filters.clear()
     logging.getLogger().handlers[0].setFormatter(logs.TextFormatter())
     assert logs.json_sink(log, logging.INFO) is None  # the text format
+
+
+@pytest.mark.parametrize(("method", "name", "duration_ms"), [
+    ("GET", "billing-app", 0.25), ("POST", None, 0.0), ("GET", 'a "quoted"\\ name\t', 12.345),
+    ("PROPFIND", "caf\u00e9 \u2603", 1234567.891), ("GET", "x", 0.001), ("DELETE", "y", 99.999),
+])
+def test_the_request_line_is_the_formatted_record(
+    method: str, name: str | None, duration_ms: float,
+) -> None:
+    log = logging.getLogger("gateway.access")
+    fields = {"method": method, "route": "/v1/predictions/{id}", "status": 200,
+              "duration_ms": duration_ms, "request_id": "0123abcd._:-Z", "token": name}
+    record = log.makeRecord(log.name, logging.INFO, __file__, 1, "request", (), None,
+                            extra=fields)
+    assert access._request_line(record.created, method, fields["route"], 200, duration_ms,
+                                "0123abcd._:-Z", name) == logs.JsonFormatter().format(record)
+
+
+def test_the_request_line_of_rounded_durations_at_random() -> None:
+    rng = random.Random(11)
+    log = logging.getLogger("gateway.access")
+    for _ in range(5_000):
+        duration_ms = round(rng.uniform(0, 10 ** rng.randint(0, 9)), 3)
+        fields = {"method": "GET", "route": "unmatched", "status": 404,
+                  "duration_ms": duration_ms, "request_id": "r", "token": None}
+        record = log.makeRecord(log.name, logging.INFO, __file__, 1, "request", (), None,
+                                extra=fields)
+        assert access._request_line(record.created, "GET", "unmatched", 404, duration_ms,
+                                    "r", None) == logs.JsonFormatter().format(record)
 
 
 def test_info_off_the_event_loop_is_written_at_once(configured: io.StringIO) -> None:

@@ -27,17 +27,20 @@ uses the engine instead:
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from gateway.store.engine import checkpoint, db
 from gateway.store.engine.aio import Engine
 
-__all__ = ["FastWrites", "SqliteConnection", "bound", "in_list", "sqlite_time"]
+__all__ = ["Compiled", "FastWrites", "SqliteConnection", "bound", "in_list", "result_processor",
+           "sqlite_time"]
 
 T = TypeVar("T")
 SqliteConnection = sqlite3.Connection
@@ -71,6 +74,12 @@ class FastWrites:
         self._conn: sqlite3.Connection | None = None
         # the WAL checkpoint off the loop thread, when the process has one (store/checkpoint.py)
         self._checkpointer = checkpoint.for_engine(engine)
+
+    @property
+    def available(self) -> bool:
+        """Whether :meth:`run` may run here at all (a SQLite file): False on PostgreSQL and
+        ``:memory:``, where it always answers None."""
+        return self._path is not None
 
     def run(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
         """``work(conn)`` in one transaction, committed; None when it could not run here
@@ -144,3 +153,74 @@ def bound(table: sa.Table, dialect: sa.Dialect, names: Sequence[str],
 def _bind_processor(table: sa.Table, dialect: sa.Dialect, name: str
                     ) -> Callable[[Any], Any] | None:
     return table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+
+
+def result_processor(table: sa.Table, dialect: sa.Dialect, name: str
+                     ) -> Callable[[Any], Any] | None:
+    """How SQLAlchemy converts a stored value of ``table``'s column ``name`` on ``dialect``
+    (a SQLite DATETIME string -> an aware UTC ``datetime``), or None when it does not."""
+    return _result_processor(table, dialect, name)
+
+
+@functools.lru_cache(maxsize=64)
+def _result_processor(table: sa.Table, dialect: sa.Dialect, name: str
+                      ) -> Callable[[Any], Any] | None:
+    return table.c[name].type.dialect_impl(dialect).result_processor(dialect, None)
+
+
+_POSTCOMPILE = re.compile(r"__\[POSTCOMPILE_(\w+)\]")
+
+
+class Compiled:
+    """A statement built once with SQLAlchemy, run on a :meth:`FastWrites.run` connection:
+    the engine's own SQL for ``dialect`` (compiled once), its parameters bound in order
+    by each parameter type's bind processor, an expanding ``IN`` (a list: the constants
+    of ``in_(...)``, or one bound at execution) as one ``?`` per item. So a statement the
+    engine path also runs is written once, and both paths run the same SQL.
+
+    Parameters
+    ----------
+    statement : sa.Executable
+        The statement (its bind parameters named, those bound at execution without a value).
+    dialect : sa.Dialect
+        The engine's dialect (SQLite, ``qmark``).
+    """
+
+    def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        self._sql = compiled.string
+        names = compiled.positiontup or []
+        self._params = [
+            (name, bind.expanding, bind.value,
+             bind.type.dialect_impl(dialect).bind_processor(dialect))
+            for name in names for bind in (compiled.binds[name],)
+        ]
+        self._sized: dict[tuple[tuple[str, int], ...], str] = {}
+
+    def __call__(self, conn: sqlite3.Connection, values: dict[str, Any]) -> sqlite3.Cursor:
+        """Execute with ``values`` (by parameter name; the statement's own values for the
+        others)."""
+        params: list[Any] = []
+        sizes: dict[str, int] = {}
+        for name, expanding, default, process in self._params:
+            value = values.get(name, default)
+            if expanding:
+                items = list(value or ())
+                if not items:
+                    raise ValueError(f"an empty list for {name!r}")
+                sizes[name] = len(items)
+                params += items if process is None else [process(item) for item in items]
+            else:
+                params.append(value if process is None else process(value))
+        return conn.execute(self._sql_for(sizes), params)
+
+    def _sql_for(self, sizes: dict[str, int]) -> str:
+        key = tuple(sorted(sizes.items()))
+        sql = self._sized.get(key)
+        if sql is None:
+            sql = _POSTCOMPILE.sub(lambda m: in_list(sizes[m.group(1)]), self._sql)
+            if len(self._sized) >= 512:  # one per list length: bounded all the same
+                self._sized.clear()
+            self._sized[key] = sql
+        return sql
