@@ -138,13 +138,13 @@ def create_app(
 
 def serve(settings: Settings, *, ssl_context: ssl.SSLContext | None = None,
           sock: socket.socket | None = None) -> None:
-    """Run the gateway on ``[gateway] listen``, or on ``sock`` (a listening socket bound
-    elsewhere, e.g. inherited: ``cutover serve --listen-fd``), until SIGINT or SIGTERM."""
+    """Run the gateway on ``[gateway] listen`` or on ``sock`` (bound elsewhere: ``cutover serve
+    --listen-fd``), accept queue ``[gateway] listen_backlog`` deep, until SIGINT or SIGTERM."""
     gw = settings.gateway
     where: dict[str, Any] = {"sock": sock} if sock else {"host": gw.host, "port": gw.port}
     app = create_app(settings)
     app.on_startup.append(collector.settle)  # after the cleanup contexts: all is built
-    web.run_app(app, loop=_event_loop(), ssl_context=ssl_context,
+    web.run_app(app, loop=_event_loop(), ssl_context=ssl_context, backlog=gw.listen_backlog,
                 print=None, access_log=None, shutdown_timeout=10.0, **where)
 
 

@@ -359,6 +359,8 @@ def _serve(settings: Settings, listen_fd: int | None = None) -> int:
                                  f"{os.strerror(exc.errno or 0)}") from exc
     if sock is None:
         startchecks.resolvable(gw)
+    elif sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):  # its binder's backlog
+        sock.listen(gw.listen_backlog)  # made as deep as a socket the gateway binds itself
     try:
         app.serve(settings, ssl_context=context, sock=sock)
     except (ConnectionError, socket.gaierror, db.StoreError) as exc:  # at start: the store

@@ -115,6 +115,7 @@ class GatewaySettings(_Section):
     legacy_lookup_burst: int = Field(default=20, ge=1)
     legacy_unknown_ttl_s: float = Field(default=60.0, ge=0)
     read_concurrency: int | None = Field(default=None, gt=0)  # http/readlane.py
+    listen_backlog: int = Field(default=1024, gt=0)  # accept queue (net.core.somaxconn caps it)
 
     @model_validator(mode="before")
     @classmethod
