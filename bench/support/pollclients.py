@@ -26,6 +26,7 @@ at ``creates_per_s`` (the create latency while the callers poll).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -55,6 +56,9 @@ async def callers(plan: dict[str, Any]) -> dict[str, Any]:
     async def one(mine: list[str]) -> None:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1),
                                          headers=plan["auth"], timeout=POLL_TIMEOUT) as http:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):  # untimed, before
+                async with http.get(f"{api}/health") as warm:  # t0: the caller's connection
+                    await warm.read()  # is open when it polls, as a steady caller's is
             await _sleep_until(t0 + random.uniform(0, INTERVAL_S))
             tick, current = time.time(), 0
             pending: asyncio.Task[None] | None = None
