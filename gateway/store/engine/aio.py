@@ -55,8 +55,10 @@ LIFECYCLE: contextvars.ContextVar[bool] = contextvars.ContextVar("lifecycle", de
 their checkouts may take every pooled connection, where the others (an HTTP request's
 own reads) share all but the engine's ``reserved`` ones, so no read load can leave the
 lifecycle waiting for a connection (docs/benchmarks.md, issue 23 item 3)."""
-_HOLDS_SHARED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "holds_shared", default=False)
+# The task holding a shared connection (its nested checkouts take no second one); a task
+# it creates meanwhile inherits the value, not the connection: compared with the current task.
+_HOLDS_SHARED: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+    "holds_shared", default=None)
 
 
 def lifecycle_context() -> contextvars.Context:
@@ -120,11 +122,15 @@ class Engine:
 
     async def _share(self) -> bool:
         """Wait for one of the shared connections unless this task may take any (the
-        lifecycle's, or one already holding a shared one: a nested checkout waiting for a
-        second would deadlock); True when one was taken (give it back with
-        :meth:`_unshare`). Raises :class:`sqlalchemy.exc.TimeoutError` (the pool's own
-        error: the HTTP edge answers 503) after the pool's timeout."""
-        if self._shared is None or LIFECYCLE.get() or _HOLDS_SHARED.get():
+        lifecycle's, or the task already holding a shared one: a nested checkout waiting
+        for a second would deadlock; not a task it created, which inherits the context:
+        request work of its own, maybe outliving the checkout); True when one was taken
+        (give it back with :meth:`_unshare`). Raises :class:`sqlalchemy.exc.TimeoutError`
+        (the pool's own error: the HTTP edge answers 503) after the pool's timeout."""
+        if self._shared is None or LIFECYCLE.get():
+            return False
+        holder = _HOLDS_SHARED.get()
+        if holder is not None and holder is asyncio.current_task():
             return False
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -138,6 +144,17 @@ class Engine:
     def _unshare(self) -> None:
         assert self._shared is not None
         self._shared.release()
+
+    async def take_shared(self) -> bool:
+        """One of the shared connections for a pooled connection taken outside
+        :class:`Connection` by request work (the batched GET reads of
+        :mod:`gateway.store.engine.pgreads` keep one): as :meth:`_share`, True when one was
+        taken; give it back with :meth:`give_shared`. Raises as :meth:`_share`."""
+        return await self._share()
+
+    def give_shared(self) -> None:
+        """Give back what :meth:`take_shared` took (when it answered True)."""
+        self._unshare()
 
     @property
     def dialect(self) -> Dialect:
@@ -186,23 +203,26 @@ class Connection:
         self._disposals = engine.disposals
         self._autocommit = autocommit
         self._shared = False
-        self._holds: contextvars.Token[bool] | None = None
+        self._holds: contextvars.Token[asyncio.Task[Any] | None] | None = None
 
     async def __aenter__(self) -> Connection:
         self._disposals = self.engine.disposals
         self._shared = await self.engine._share()
         if self._shared:  # this task's nested checkouts take no second one
-            self._holds = _HOLDS_SHARED.set(True)
+            self._holds = _HOLDS_SHARED.set(asyncio.current_task())
         try:
             self.sync_connection = await greenlet_spawn(self.engine.sync_engine.connect)
+            if self._autocommit:  # a flag of the driver's connection: no round trip
+                self.sync_connection = await greenlet_spawn(
+                    self.sync_connection.execution_options, isolation_level="AUTOCOMMIT"
+                )
         except BaseException:
             self._unhold()
-            self._release()
+            if self.sync_connection is not None:  # taken, not handed over: given back
+                await _run_to_completion(self.close())
+            else:
+                self._release()
             raise
-        if self._autocommit:  # a flag of the driver's connection: no round trip
-            self.sync_connection = await greenlet_spawn(
-                self.sync_connection.execution_options, isolation_level="AUTOCOMMIT"
-            )
         return self
 
     async def __aexit__(
@@ -220,7 +240,7 @@ class Connection:
             try:
                 _HOLDS_SHARED.reset(holds)
             except ValueError:  # left in another task than it was entered in
-                _HOLDS_SHARED.set(False)
+                _HOLDS_SHARED.set(None)
 
     @property
     def dialect(self) -> Dialect:

@@ -5,9 +5,11 @@ and arm (:mod:`gateway.store.reader`). Through SQLAlchemy that read cost about 3
 the gateway's CPU (a pool checkout, the statement's compile cache, the execution context,
 greenlet switches); through the driver it is one ``fetch`` of a statement asyncpg
 prepared once. :class:`RowReads` keeps one connection of the engine's pool for itself
-(taken on the first read, with the engine's own connect arguments and timeouts) and sends
-the reads that arrive while one is out together in the next: ``WHERE id = ANY($1)``, one
-round trip for every GET waiting, so a thousand pollers cost a few queries, not a thousand.
+(taken on the first read, with the engine's own connect arguments and timeouts; one of
+the shared connections, never the lifecycle's reserved ones: gateway/store/engine/aio.py)
+and sends the reads that arrive while one is out together in the next: ``WHERE id =
+ANY($1)``, one round trip for every GET waiting, so a thousand pollers cost a few queries,
+not a thousand.
 
 A read never joins a query already sent: it goes in the next one, so it sees every commit
 made before it was asked (each statement runs in ``AUTOCOMMIT`` and sees the last commit),
@@ -52,6 +54,7 @@ class RowReads:
         self._engine = engine
         self._sql = sql
         self._pooled: Any = None  # the pool's connection, held while this lives
+        self._shares = False  # it holds one of the engine's shared connections (aio.py)
         self._waiting: _Waiting = {}
         self._sender: asyncio.Task[None] | None = None
         self._closed = False
@@ -91,7 +94,13 @@ class RowReads:
 
     async def _fetch(self, ids: Sequence[str]) -> list[Any]:
         if self._pooled is None:
-            self._pooled = await greenlet_spawn(self._engine.sync_engine.raw_connection)
+            # GETs' work: one of the shared connections, never the lifecycle's reserved ones
+            self._shares = await self._engine.take_shared()
+            try:
+                self._pooled = await greenlet_spawn(self._engine.sync_engine.raw_connection)
+            except BaseException:
+                self._give_shared()
+                raise
         driver = self._pooled.driver_connection
         rows: list[Any] = await driver.fetch(self._sql, ids)
         return rows
@@ -101,6 +110,12 @@ class RowReads:
         if pooled is not None:
             with contextlib.suppress(Exception):
                 await greenlet_spawn(pooled.invalidate)
+            self._give_shared()
+
+    def _give_shared(self) -> None:
+        if self._shares:
+            self._shares = False
+            self._engine.give_shared()
 
     async def close(self) -> None:
         """Give the connection back to the pool; later reads answer None."""
@@ -110,7 +125,10 @@ class RowReads:
                 await self._sender
         pooled, self._pooled = self._pooled, None
         if pooled is not None:
-            await greenlet_spawn(pooled.close)
+            try:
+                await greenlet_spawn(pooled.close)
+            finally:
+                self._give_shared()
 
 
 class _Unavailable(Exception):
