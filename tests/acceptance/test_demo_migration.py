@@ -46,10 +46,17 @@ def run_demo(work: Path, script: str = "migration.py") -> tuple[int, str]:
     return proc.returncode, output.decode(errors="replace")
 
 
+def _failure(output: str) -> str:
+    """The demo's own lines (its steps and its ``== FAILED`` reason) before the logs'
+    tails it prints after a failure: the tails alone hid which step failed."""
+    said = [line for line in output.splitlines() if not line.lstrip().startswith("{")]
+    return "\n".join(said[-60:]) + "\n-- the end of the output:\n" + output[-3000:]
+
+
 def test_the_migration_demo_walks_every_step(tmp_path: Path):
     work = tmp_path / "work"
     status, output = run_demo(work)
-    assert status == 0, output[-6000:]
+    assert status == 0, _failure(output)
     assert "== demo passed" in output
     for step in ("set-shadow acme/noise 100", "# Shadow report: acme/noise",
                  "set-canary acme/noise 10", "set-canary acme/noise 50",
