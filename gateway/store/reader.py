@@ -54,6 +54,9 @@ _VERSION_SQL = "SELECT row_version, updated_at, tenant, arm FROM jobs WHERE id =
 _CURRENT_SQL = f"SELECT {_LIST}, row_version, updated_at FROM jobs WHERE id = ?"  # noqa: S608
 _PG_VERSIONS_SQL = ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "
                     "WHERE id = ANY($1::text[])")
+# The row after a changed version, batched as the versions are (its first column is id)
+_PG_CURRENT_SQL = (f"SELECT {_LIST}, row_version, updated_at FROM jobs "  # noqa: S608
+                   "WHERE id = ANY($1::text[])")
 GET_VERSION = sa.select(jobs.c.row_version, jobs.c.updated_at, jobs.c.tenant,
                         jobs.c.arm).where(jobs.c.id == sa.bindparam("job_id"))
 GET_CURRENT = GET_JOB.add_columns(jobs.c.row_version, jobs.c.updated_at)
@@ -75,6 +78,9 @@ def _sqlite_converter(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
 
 
 _CONVERT = [(i, f) for i, c in enumerate(_COLUMNS) if (f := _sqlite_converter(c)) is not None]
+# asyncpg's rows: JSON decoded by the codec SQLAlchemy's dialect sets on every connection;
+# the timestamps made UTC as UTCDateTime's result processing makes them
+_PG_TIMES = [i for i, c in enumerate(_COLUMNS) if isinstance(c.type, UTCDateTime)]
 
 
 def _sqlite_time(at: datetime) -> str:
@@ -96,6 +102,17 @@ def _from_sqlite(row: Sequence[Any]) -> Job:
     for index, convert in _CONVERT:
         values[index] = convert(values[index])
     return Job.model_validate(dict(zip(_NAMES, values, strict=True)))
+
+
+def _from_pg(row: Sequence[Any]) -> tuple[Job, RowVersion]:
+    """A row of ``_PG_CURRENT_SQL`` (from asyncpg) or ``GET_CURRENT`` (from the engine)
+    as ``(job, its row version)``."""
+    *values, version, updated = row
+    for index in _PG_TIMES:  # as UTCDateTime.process_result_value
+        at = values[index]
+        if at is not None:
+            values[index] = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return Job.model_validate(dict(zip(_NAMES, values, strict=True))), (version, updated)
 
 
 class SqliteReads:
@@ -280,13 +297,15 @@ class JobReader:
         self._versions = SqliteVersions(self._fast)  # known and batched (store/versions.py)
         self._sqlite = self._versions.available
         engine = store.engine
-        self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
-                    if engine.dialect.name == "postgresql" else None)
+        is_pg = engine.dialect.name == "postgresql"
+        self._pg = RowReads(engine, _PG_VERSIONS_SQL) if is_pg else None
+        self._pg_current = RowReads(engine, _PG_CURRENT_SQL) if is_pg else None
 
     async def close(self) -> None:
-        """Give back the connection of PostgreSQL's batched reads (none on SQLite)."""
-        if self._pg is not None:
-            await self._pg.close()
+        """Give back the connections of PostgreSQL's batched reads (none on SQLite)."""
+        for reads in (self._pg, self._pg_current):
+            if reads is not None:
+                await reads.close()
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
@@ -320,17 +339,18 @@ class JobReader:
         return None if row is None else ((row[0], row[1]), row[2], row[3])
 
     async def current(self, job_id: str) -> tuple[Job, RowVersion] | None:
-        """The job and its row version, from one read; None if there is none."""
+        """The job and its row version, from one read; None if there is none. On
+        PostgreSQL the read is batched with the other GETs waiting, one round trip
+        (:mod:`gateway.store.engine.pgreads`), as :meth:`version` is."""
         fast = self._fast.current(job_id)
         if fast is not None:
             return fast[0]
+        batched = await self._pg_current.row(job_id) if self._pg_current is not None else None
+        if batched is not None:
+            return None if batched[0] is None else _from_pg(batched[0])
         async with self._store.engine.read() as conn:
             row = (await conn.execute(GET_CURRENT, {"job_id": job_id})).first()
-        if row is None:
-            return None
-        *values, version, updated = row
-        job = Job.model_validate(dict(zip(_NAMES, values, strict=True)))
-        return job, (version, updated)
+        return None if row is None else _from_pg(row)
 
     async def page(
         self,
