@@ -29,6 +29,11 @@ from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.pgreads import RowReads
 from gateway.store.engine.walstamp import WalStamp
+from gateway.store.jobrows import COLUMNS as _COLUMNS
+from gateway.store.jobrows import CURRENT_SQL as _PG_CURRENT_SQL
+from gateway.store.jobrows import NAMES as _NAMES
+from gateway.store.jobrows import VERSIONS_SQL as _PG_VERSIONS_SQL
+from gateway.store.jobrows import job_and_version
 from gateway.store.schema import UTCDateTime, jobs
 from gateway.store.versions import SqliteVersions
 
@@ -36,8 +41,6 @@ __all__ = [
     "GET_JOB", "GET_LEASED_JOB", "ROWS_SQL", "JobReader", "RowVersion", "SqliteReads", "job_of",
 ]
 
-_COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
-_NAMES = [c.name for c in _COLUMNS]
 _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
 _CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
@@ -52,11 +55,6 @@ GET_LEASED_JOB = GET_JOB.add_columns(jobs.c.lease_owner, jobs.c.leased_until)
 # last written, with the two columns that say who may see it: GET's one small read.
 _VERSION_SQL = "SELECT row_version, updated_at, tenant, arm FROM jobs WHERE id = ?"
 _CURRENT_SQL = f"SELECT {_LIST}, row_version, updated_at FROM jobs WHERE id = ?"  # noqa: S608
-_PG_VERSIONS_SQL = ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "
-                    "WHERE id = ANY($1::text[])")
-# The row after a changed version, batched as the versions are (its first column is id)
-_PG_CURRENT_SQL = (f"SELECT {_LIST}, row_version, updated_at FROM jobs "  # noqa: S608
-                   "WHERE id = ANY($1::text[])")
 GET_VERSION = sa.select(jobs.c.row_version, jobs.c.updated_at, jobs.c.tenant,
                         jobs.c.arm).where(jobs.c.id == sa.bindparam("job_id"))
 GET_CURRENT = GET_JOB.add_columns(jobs.c.row_version, jobs.c.updated_at)
@@ -78,9 +76,6 @@ def _sqlite_converter(column: sa.Column[Any]) -> Callable[[Any], Any] | None:
 
 
 _CONVERT = [(i, f) for i, c in enumerate(_COLUMNS) if (f := _sqlite_converter(c)) is not None]
-# asyncpg's rows: JSON decoded by the codec SQLAlchemy's dialect sets on every connection;
-# the timestamps made UTC as UTCDateTime's result processing makes them
-_PG_TIMES = [i for i, c in enumerate(_COLUMNS) if isinstance(c.type, UTCDateTime)]
 
 
 def _sqlite_time(at: datetime) -> str:
@@ -102,17 +97,6 @@ def _from_sqlite(row: Sequence[Any]) -> Job:
     for index, convert in _CONVERT:
         values[index] = convert(values[index])
     return Job.model_validate(dict(zip(_NAMES, values, strict=True)))
-
-
-def _from_pg(row: Sequence[Any]) -> tuple[Job, RowVersion]:
-    """A row of ``_PG_CURRENT_SQL`` (from asyncpg) or ``GET_CURRENT`` (from the engine)
-    as ``(job, its row version)``."""
-    *values, version, updated = row
-    for index in _PG_TIMES:  # as UTCDateTime.process_result_value
-        at = values[index]
-        if at is not None:
-            values[index] = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return Job.model_validate(dict(zip(_NAMES, values, strict=True))), (version, updated)
 
 
 class SqliteReads:
@@ -347,10 +331,10 @@ class JobReader:
             return fast[0]
         batched = await self._pg_current.row(job_id) if self._pg_current is not None else None
         if batched is not None:
-            return None if batched[0] is None else _from_pg(batched[0])
+            return None if batched[0] is None else job_and_version(batched[0])
         async with self._store.engine.read() as conn:
             row = (await conn.execute(GET_CURRENT, {"job_id": job_id})).first()
-        return None if row is None else _from_pg(row)
+        return None if row is None else job_and_version(row)
 
     async def page(
         self,
