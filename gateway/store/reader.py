@@ -29,6 +29,11 @@ from gateway.rollout.spec import HIDDEN_ARMS
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.pgreads import RowReads
 from gateway.store.engine.walstamp import WalStamp
+from gateway.store.jobrows import COLUMNS as _COLUMNS
+from gateway.store.jobrows import CURRENT_SQL as _PG_CURRENT_SQL
+from gateway.store.jobrows import NAMES as _NAMES
+from gateway.store.jobrows import VERSIONS_SQL as _PG_VERSIONS_SQL
+from gateway.store.jobrows import job_and_version
 from gateway.store.schema import UTCDateTime, jobs
 from gateway.store.versions import SqliteVersions
 
@@ -36,8 +41,6 @@ __all__ = [
     "GET_JOB", "GET_LEASED_JOB", "ROWS_SQL", "JobReader", "RowVersion", "SqliteReads", "job_of",
 ]
 
-_COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
-_NAMES = [c.name for c in _COLUMNS]
 _LIST = ", ".join(_NAMES)
 _GET_SQL = f"SELECT {_LIST} FROM jobs WHERE id = ?"  # noqa: S608 (column names, fixed)
 _CALLBACK_SQL = "SELECT provider, callback_token FROM jobs WHERE id = ?"
@@ -52,8 +55,6 @@ GET_LEASED_JOB = GET_JOB.add_columns(jobs.c.lease_owner, jobs.c.leased_until)
 # last written, with the two columns that say who may see it: GET's one small read.
 _VERSION_SQL = "SELECT row_version, updated_at, tenant, arm FROM jobs WHERE id = ?"
 _CURRENT_SQL = f"SELECT {_LIST}, row_version, updated_at FROM jobs WHERE id = ?"  # noqa: S608
-_PG_VERSIONS_SQL = ("SELECT id, row_version, updated_at, tenant, arm FROM jobs "
-                    "WHERE id = ANY($1::text[])")
 GET_VERSION = sa.select(jobs.c.row_version, jobs.c.updated_at, jobs.c.tenant,
                         jobs.c.arm).where(jobs.c.id == sa.bindparam("job_id"))
 GET_CURRENT = GET_JOB.add_columns(jobs.c.row_version, jobs.c.updated_at)
@@ -280,13 +281,15 @@ class JobReader:
         self._versions = SqliteVersions(self._fast)  # known and batched (store/versions.py)
         self._sqlite = self._versions.available
         engine = store.engine
-        self._pg = (RowReads(engine, _PG_VERSIONS_SQL)
-                    if engine.dialect.name == "postgresql" else None)
+        is_pg = engine.dialect.name == "postgresql"
+        self._pg = RowReads(engine, _PG_VERSIONS_SQL) if is_pg else None
+        self._pg_current = RowReads(engine, _PG_CURRENT_SQL) if is_pg else None
 
     async def close(self) -> None:
-        """Give back the connection of PostgreSQL's batched reads (none on SQLite)."""
-        if self._pg is not None:
-            await self._pg.close()
+        """Give back the connections of PostgreSQL's batched reads (none on SQLite)."""
+        for reads in (self._pg, self._pg_current):
+            if reads is not None:
+                await reads.close()
 
     async def get(self, job_id: str) -> Job:
         """The job with ``job_id``; ``NotFound`` if there is none."""
@@ -320,17 +323,18 @@ class JobReader:
         return None if row is None else ((row[0], row[1]), row[2], row[3])
 
     async def current(self, job_id: str) -> tuple[Job, RowVersion] | None:
-        """The job and its row version, from one read; None if there is none."""
+        """The job and its row version, from one read; None if there is none. On
+        PostgreSQL the read is batched with the other GETs waiting, one round trip
+        (:mod:`gateway.store.engine.pgreads`), as :meth:`version` is."""
         fast = self._fast.current(job_id)
         if fast is not None:
             return fast[0]
+        batched = await self._pg_current.row(job_id) if self._pg_current is not None else None
+        if batched is not None:
+            return None if batched[0] is None else job_and_version(batched[0])
         async with self._store.engine.read() as conn:
             row = (await conn.execute(GET_CURRENT, {"job_id": job_id})).first()
-        if row is None:
-            return None
-        *values, version, updated = row
-        job = Job.model_validate(dict(zip(_NAMES, values, strict=True)))
-        return job, (version, updated)
+        return None if row is None else job_and_version(row)
 
     async def page(
         self,

@@ -61,3 +61,25 @@ async def test_concurrent_reads_each_get_their_own_row(gateway: GatewayHarness) 
         assert (await first) == got[0]
     finally:
         await reader.close()
+
+
+async def test_concurrent_current_reads_are_the_store_s_jobs(gateway: GatewayHarness) -> None:
+    ids = [(await gateway.create(BODY))["id"] for _ in range(12)]
+    for job_id in ids[::2]:
+        await bump(gateway, job_id, "changed")
+    reader = JobReader(gateway.store)
+    try:
+        got = await asyncio.gather(*(reader.current(i) for i in [*ids, "0" * 26]))
+        assert got[-1] is None
+        for job_id, found in zip(ids, got[:-1], strict=True):
+            assert found is not None
+            job, version = found
+            assert job == await gateway.store.get(job_id)  # times in UTC, JSON decoded
+            assert job.created_at.tzinfo is not None and job.input == BODY["input"]
+            assert version == (await reader.version(job_id) or ((0, None),))[0]
+        await bump(gateway, ids[0], "again")
+        after = await reader.current(ids[0])
+        assert after is not None and after[0].logs == "again"
+        assert got[0] is not None and after[1][0] > got[0][1][0]
+    finally:
+        await reader.close()
