@@ -8,30 +8,15 @@ the processor as before and applied there, in order.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
-from gateway.store.schema import outbox, provider_events
-from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import events_loop, processor_only, start_job
+from gateway.store.schema import outbox
+from tests.support.gateway import GatewayHarness
+from tests.support.outbox import event_rows, events_loop, processor_only, queued_job, start_job
 
 pytestmark = pytest.mark.every_backend  # SQLite takes the path, PostgreSQL must not
-
-
-async def queued_job(gateway: GatewayHarness) -> str:
-    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
-    await gateway.settle()
-    return str(prediction["id"])
-
-
-async def event_rows(gateway: GatewayHarness, job_id: str) -> list[sa.Row[Any]]:
-    async with gateway.store.engine.connect() as conn:
-        query = (sa.select(provider_events).where(provider_events.c.job_id == job_id)
-                 .order_by(provider_events.c.id))
-        return list((await conn.execute(query)).all())
 
 
 def applies_as_stored(gateway: GatewayHarness) -> bool:

@@ -12,36 +12,14 @@ import logging
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from contracts.job import JobState
 from gateway.finalizer import Finalizer
 from gateway.store.records import Outcome, Progress
-from gateway.store.schema import provider_events
-from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import events_loop
+from tests.support.gateway import GatewayHarness
+from tests.support.outbox import drain, event_rows, queued_job
 
 pytestmark = pytest.mark.every_backend  # SQLite takes the path, PostgreSQL must not
-
-
-async def running_job(gateway: GatewayHarness) -> str:
-    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
-    await gateway.settle()
-    return str(prediction["id"])
-
-
-async def event_rows(gateway: GatewayHarness, job_id: str) -> list[sa.Row[Any]]:
-    async with gateway.store.engine.connect() as conn:
-        query = (sa.select(provider_events).where(provider_events.c.job_id == job_id)
-                 .order_by(provider_events.c.id))
-        return list((await conn.execute(query)).all())
-
-
-async def drain(gateway: GatewayHarness) -> int:
-    applied = 0
-    while n := await events_loop(gateway).run_once():
-        applied += n
-    return applied
 
 
 def finished_lines(caplog: pytest.LogCaptureFixture, job_id: str) -> list[logging.LogRecord]:
@@ -55,7 +33,7 @@ async def test_a_terminal_webhook_while_a_poll_applies_the_result_waits_for_that
     """The poll holds the job's apply lease (copying its outputs, say): the webhook is
     stored for the processor, not recorded beside it; the poll's outcome stands."""
     caplog.set_level(logging.INFO)
-    job_id = await running_job(gateway)
+    job_id = await queued_job(gateway)
     store = gateway.store
     async with store.applying(job_id, claimed=False) as held:
         assert held, "the test needs the apply lease (the job is leased by nobody)"
@@ -87,7 +65,7 @@ async def test_a_write_between_the_outcome_and_the_storing_transaction_wins(
     if gateway.store.engine.dialect.name != "sqlite":
         pytest.skip("only a SQLite file applies a webhook as it is stored")
     caplog.set_level(logging.INFO)
-    job_id = await running_job(gateway)
+    job_id = await queued_job(gateway)
     store = gateway.store
     original = Finalizer.outcome
     raced = False

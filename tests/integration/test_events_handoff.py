@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from contracts.job import JobState
 from contracts.snapshot import ProviderSnapshot
@@ -24,9 +23,8 @@ from gateway.retry import Backoff
 from gateway.store import events as events_module
 from gateway.store.due import Due
 from gateway.store.records import ProviderEvent
-from gateway.store.schema import provider_events
 from tests.support.gateway import VERSION, GatewayHarness
-from tests.support.outbox import events_loop, processor_only
+from tests.support.outbox import drain, event_rows, events_loop, processor_only
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.every_backend  # the store's SQL is the point
@@ -52,19 +50,6 @@ async def received(make_gateway: Any) -> tuple[GatewayHarness, str]:
     job_id = await queued_job(first)
     assert await first.deliver(job_id, JobState.COMPLETED, output="done") == 200
     return first, job_id
-
-
-async def event_rows(gateway: GatewayHarness) -> list[sa.Row[Any]]:
-    async with gateway.store.engine.connect() as conn:
-        query = sa.select(provider_events).order_by(provider_events.c.id)
-        return list((await conn.execute(query)).all())
-
-
-async def drain(gateway: GatewayHarness) -> int:
-    applied = 0
-    while n := await events_loop(gateway).run_once():
-        applied += n
-    return applied
 
 
 async def test_an_event_whose_process_died_is_applied_once_by_another_after_its_lease(

@@ -12,11 +12,14 @@ from gateway.app import LOOPS
 from gateway.http import keys
 from gateway.intake import Intake
 from gateway.store.engine.aio import Engine
-from gateway.store.schema import outbox
+from gateway.store.schema import outbox, provider_events
 from gateway.webhooks.delivery import Delivery
 from tests.support.gateway import VERSION, GatewayHarness
 
-__all__ = ["delivery_loop", "events_loop", "make_due", "observe", "outbox_rows", "start_job"]
+__all__ = [
+    "delivery_loop", "drain", "event_rows", "events_loop", "make_due", "observe", "outbox_rows",
+    "queued_job", "start_job",
+]
 
 
 async def outbox_rows(engine: Engine, job_id: str | None = None) -> list[sa.Row[Any]]:
@@ -26,6 +29,30 @@ async def outbox_rows(engine: Engine, job_id: str | None = None) -> list[sa.Row[
         query = query.where(outbox.c.job_id == job_id)
     async with engine.connect() as conn:
         return list((await conn.execute(query)).all())
+
+
+async def event_rows(gateway: GatewayHarness, job_id: str | None = None) -> list[sa.Row[Any]]:
+    """Every stored provider event (of one job), by id."""
+    query = sa.select(provider_events).order_by(provider_events.c.id)
+    if job_id is not None:
+        query = query.where(provider_events.c.job_id == job_id)
+    async with gateway.store.engine.connect() as conn:
+        return list((await conn.execute(query)).all())
+
+
+async def queued_job(gateway: GatewayHarness) -> str:
+    """A created prediction, submitted to the fake provider: its id."""
+    prediction = await gateway.create({"version": VERSION, "input": {"prompt": "hi"}})
+    await gateway.settle()
+    return str(prediction["id"])
+
+
+async def drain(gateway: GatewayHarness) -> int:
+    """Event processor rounds until one applies nothing; how many events they applied."""
+    applied = 0
+    while n := await events_loop(gateway).run_once():
+        applied += n
+    return applied
 
 
 async def make_due(engine: Engine) -> int:
