@@ -4,8 +4,9 @@ A job is stored first (``creating``), then submitted (docs/architecture.md, "The
 Per round, for each provider, the dispatcher leases at most ``max_concurrency`` minus
 the jobs already in flight there, oldest first, and submits them concurrently:
 
-* accepted -> ``queued`` or ``running`` with the provider's job id; the next check (poll
-  or watchdog probe) is scheduled;
+* accepted -> ``queued`` or ``running`` with the provider's job id, the next check (poll
+  or watchdog probe) scheduled; answered with the result -> applied (one write when it
+  copies no file);
 * a provider that could not be reached at all (no connection, a certificate that does
   not verify) for its ``submit_timeout_s`` since the job's first such failure (in this
   process) -> ``failed`` with the last reason, in its error and its logs
@@ -27,9 +28,8 @@ the jobs already in flight there, oldest first, and submits them concurrently:
 * an unexpected exception -> tried again like a retryable failure, and ``failed`` once
   the job's submit has crashed ``max_attempts`` times (busy answers are no crash);
 * a cancel requested while the submit was in flight -> the provider is told to cancel
-  (the reaper is woken to send it then, not at the cancel grace);
-  a job the provider itself finished meanwhile (its webhook overtook the submit) keeps
-  its provider id and is not canceled.
+  (the reaper woken to send it then); a job the provider finished meanwhile (its webhook
+  overtook the submit) keeps its provider id and is not canceled.
 
 Each job is one item of the round (:func:`gateway.boundary.each`): an error in one never
 reaches its siblings or the round. The claim counts the provider's jobs in flight (in
@@ -75,8 +75,7 @@ __all__ = ["NOT_CONNECTED", "REFUSED_RESUBMIT_WAIT_S", "Dispatcher", "callback_u
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 300.0
-REFUSED_RESUBMIT_WAIT_S = 60.0
-"""Seconds before a job whose resubmit the provider refused (4xx) is submitted again."""
+REFUSED_RESUBMIT_WAIT_S = 60.0  # before a job whose resubmit was refused (4xx) goes again
 NOT_CONNECTED = NEVER_SENT  # a rollback moves such a job to the control (store.rescue)
 """``raw_status`` of a job whose submit found no connection to the provider: unlike
 ``unreachable`` (failed in transit) it is not "maybe submitted"."""
@@ -112,7 +111,7 @@ class Dispatcher(Loop):
         self._translator = translator
         self._metrics = metrics
         self._stager = stager
-        self._last_served: dict[str, float] = {}
+        self._last_served: dict[str, float] = {}  # fairness: API token -> when last served
         self._served_tick = 0.0
         # Gateway file URLs in inputs -> URLs the provider can fetch (gateway/files/service.py).
         self._resolve_input = resolve_input or (lambda value: value)
@@ -178,13 +177,8 @@ class Dispatcher(Loop):
             await self._refused(job, exc.detail)
             return
         request = SubmitRequest(
-            job_id=job.id,
-            input=self._resolve_input(model_input),
-            webhook_url=webhook_url,
-            model=job.model,
-            version=job.version,
-            deadline=job.deadline,
-            target=job.target,
+            job_id=job.id, input=self._resolve_input(model_input), webhook_url=webhook_url,
+            model=job.model, version=job.version, deadline=job.deadline, target=job.target,
         )
         try:
             snapshot = await provider.adapter.submit(request)
@@ -320,12 +314,15 @@ class Dispatcher(Loop):
         self, provider: Provider, job: Job, request: SubmitRequest, snapshot: ProviderSnapshot
     ) -> None:
         self._stop_asks.pop(job.id, None)
+        # The provider acted: record it through a blip in the store rather than submit twice.
+        terminal = snapshot.state.terminal
+        if terminal and self._finalizer.copies_nothing(job, snapshot):  # one write for all
+            await boundary.retry_store(lambda: self._finalizer.finalize(job, snapshot))
+            return
         next_check = provider.first_check_at(self._clock.now())
         first = self._finalizer.progress(job, snapshot)
-        # The provider acted: record it through a blip in the store rather than submit twice.
-        # A result already (a synchronous submit): the job stays leased here, renewed while
-        # its outputs are copied, so no poller fetches and copies them again meanwhile.
-        terminal = snapshot.state.terminal
+        # A result to copy: the job stays leased here, renewed while its outputs are
+        # copied, so no poller fetches and copies them again meanwhile.
         updated = await boundary.retry_store(
             lambda: self._store.mark_submitted(
                 job.id, snapshot.provider_job_id, first, next_check, keep_lease=terminal

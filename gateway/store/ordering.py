@@ -96,6 +96,8 @@ def outcome_values(old: Job, outcome: Outcome, now: datetime) -> dict[str, Any]:
         values["started_at"] = old.submitted_at or now
     if old.provider_job_id is None and outcome.provider_job_id is not None:
         values["provider_job_id"] = outcome.provider_job_id  # its submit was never recorded
+    if old.submitted_at is None and outcome.provider_job_id is not None:
+        values["submitted_at"] = now  # a submit that answered with the result
     return values
 
 

@@ -399,3 +399,26 @@ async def test_a_failed_apply_wakes_its_waiting_event_at_once(
 async def applied(gateway: GatewayHarness, job_id: str) -> bool:
     """Whether every provider event of the job is applied."""
     return await unprocessed(gateway, job_id) == 0
+
+
+async def test_a_submit_answering_with_a_result_that_copies_nothing_finishes_in_one_write(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, job_id = await one_job(make_gateway)
+    for gateway in (first, second):  # the submit's answer is the result, with no file
+        gateway.fake.set_state(job_id, JobState.COMPLETED, output="done")
+    applies: list[str] = []
+    taking = store_applying.take
+
+    async def counted(*args: Any, **kwargs: Any) -> bool:
+        applies.append(args[1])
+        return await taking(*args, **kwargs)
+
+    monkeypatch.setattr(store_applying, "take", counted)
+    assert await loop(first, "dispatcher").run_once() == 1
+    row = await job_row(first, job_id)
+    assert (row.state, row.output) == ("completed", "done")
+    assert row.provider_job_id is not None and row.submitted_at is not None
+    assert row.started_at is not None and row.lease_owner is None
+    assert applies == []  # no apply lease: nothing to copy, one write records it all
+    assert await loop(second, "poller").run_once() == 0  # nothing left to poll
