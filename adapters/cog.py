@@ -217,7 +217,7 @@ class CogAdapter:
             Any other status, a timeout or a connection failure.
         """
         with self._errors("cancel", ref.provider_job_id):
-            response = await self._client.post(_path(ref.provider_job_id) + "/cancel")
+            response = await self._client.post(prediction_path(ref.provider_job_id) + "/cancel")
         if response.status_code == httpx.codes.NOT_FOUND:
             return False
         cog_wire.raise_for_status(self.name, "cancel", response)
@@ -303,7 +303,7 @@ class CogAdapter:
             body["webhook_events_filter"] = [event.value for event in WebhookEvent]
         with self._errors("put", job_id):  # the hot path: without httpx's client layer
             return await aiotransport.send(
-                self._transport, "PUT", self._base_url + _path(job_id),
+                self._transport, "PUT", self._base_url + prediction_path(job_id),
                 content=aiotransport.json_body(body), headers=self._put_headers,
                 limits=self._client.timeout,
             )
@@ -338,5 +338,6 @@ class CogAdapter:
         )
 
 
-def _path(job_id: str) -> str:
+def prediction_path(job_id: str) -> str:
+    """``/predictions/{job_id}``, the id percent-encoded (§1.6)."""
     return "/predictions/" + urllib.parse.quote(job_id, safe="")

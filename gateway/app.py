@@ -272,12 +272,10 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
             clock=clock,
         )
         app[keys.INTAKE] = Intake(
-            store=store,
-            events=app[_EVENTS],
-            providers=app[keys.PROVIDERS],
-            notifier=app[keys.NOTIFIER],
-            clock=clock, finalizer=app[_FINALIZER],
+            store=store, events=app[_EVENTS], providers=app[keys.PROVIDERS],
+            notifier=app[keys.NOTIFIER], clock=clock, finalizer=app[_FINALIZER],
         )
+        assembly.attach_answers(app[keys.PROVIDERS], app[keys.INTAKE])
         yield
 
 

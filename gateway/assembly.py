@@ -10,6 +10,7 @@ the secret in ``[operator_webhook] secret_env``. Only :func:`open_routes` and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,7 @@ from gateway.config.tenants import SECRET_ROW_PREFIX
 from gateway.files.outputs import OutputCopier
 from gateway.files.uploads import Uploads
 from gateway.finalizer import Finalizer
+from gateway.intake import Intake
 from gateway.legacy.adoption import Adopter, LegacyLookup
 from gateway.providers import Provider, file_hosts
 from gateway.retention import Retention
@@ -255,3 +257,11 @@ def translator(app: Any) -> Translator:
     defaults = {name: p.adapter.capabilities.input_map for name, p in providers.items()}
     router = app[keys.ROUTER]
     return Translator(lambda key: router.spec(key).maps, defaults)
+
+
+def attach_answers(providers: dict[str, Provider], intake: Intake) -> None:
+    """Hand each adapter that holds its predictions (``attach_answers``: a held Cog,
+    docs/cog.md §3) the intake its answers are applied through."""
+    for provider in providers.values():
+        if callable(attach := getattr(provider.adapter, "attach_answers", None)):
+            attach(functools.partial(intake.accept_own, provider))

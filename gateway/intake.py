@@ -105,8 +105,14 @@ class Intake:
         self, provider: Provider, job_id: str, headers: Mapping[str, str], body: bytes
     ) -> bool:
         """:meth:`receive` after :meth:`authorize`: the adapter's check, then storage."""
-        provider_name = provider.name
         await provider.adapter.verify_webhook(headers, body)
+        return await self.accept_own(provider, job_id, body)
+
+    async def accept_own(self, provider: Provider, job_id: str, body: bytes) -> bool:
+        """:meth:`accept` of a body no stranger could have sent: an answer the gateway read
+        itself from ``provider`` (a held Cog prediction, docs/cog.md §3). True if new;
+        ``ServiceUnavailable`` when it could not be stored."""
+        provider_name = provider.name
         if provider.adapter.capabilities.webhook_poke:  # unsigned: only a reason to ask now
             if not await self._store.check_now(job_id):
                 await self._late(provider, job_id)

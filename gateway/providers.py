@@ -120,6 +120,7 @@ def build_adapter(
     jwks_url: str | None = None,
     ca_file: str | None = None,
     result_retry_window_s: float | None = None,
+    held: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Adapter:
     """The adapter of ``kind`` named ``name`` (no I/O: clients are opened lazily).
@@ -140,6 +141,13 @@ def build_adapter(
         request_timeout_s=request_timeout_s, fetch_interval_s=fetch_interval_s,
         fetch_max_interval_s=fetch_max_interval_s, ca_file=ca_file, transport=transport,
     )
+    if kind == "cog" and held:
+        from adapters.cog_held import HeldCogAdapter
+
+        return HeldCogAdapter(
+            name=name, base_url=base_url, webhook_auth_token=webhook_auth_token,
+            **options, **_given(lost_grace_s=lost_grace_s),
+        )
     if kind == "cog":
         from adapters.cog import CogAdapter
 

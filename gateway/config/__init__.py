@@ -50,20 +50,9 @@ from gateway.config.sections import (
 from gateway.rollout.spec import RouteSettings
 
 __all__ = [
-    "AdminSettings",
-    "AdminToken",
-    "FilesSettings",
-    "GatewaySettings",
-    "LimitSettings",
-    "LoggingSettings",
-    "OperatorWebhookSettings",
-    "ProviderSettings",
-    "RetentionSettings",
-    "RouteSettings",
-    "Settings",
-    "StorageSettings",
-    "WebhookSettings",
-    "load_settings",
+    "AdminSettings", "AdminToken", "FilesSettings", "GatewaySettings", "LimitSettings",
+    "LoggingSettings", "OperatorWebhookSettings", "ProviderSettings", "RetentionSettings",
+    "RouteSettings", "Settings", "StorageSettings", "WebhookSettings", "load_settings",
 ]
 
 _MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -205,8 +194,8 @@ class ProviderSettings(_Section):
     provider's credential; the credential itself is never read from the file.
     ``rate_limit_per_s`` caps this process's requests to the provider. ``api`` and
     ``stream`` apply to ``openai`` providers, ``jwks_url``, ``result_retry_window_s`` to
-    ``fal``. ``upload_token``: Cog's ``--upload-url`` (docs/cog.md §1.10). ``ca_file``,
-    ``submit_timeout_s``: docs/providers.md, "TLS to providers".
+    ``fal``. ``upload_token``: Cog's ``--upload-url`` (docs/cog.md §1.10), ``held``: its
+    held predictions (§3). ``ca_file``, ``submit_timeout_s``: docs/providers.md, "TLS".
     """
 
     kind: Literal["cog", "fake", "fal", "runpod", "openai", "replicate"]
@@ -227,13 +216,14 @@ class ProviderSettings(_Section):
     ca_file: Path | None = None  # PEM: a private CA, trusted besides certifi's bundle
     submit_timeout_s: float | None = Field(default=None, gt=0)  # else [gateway]'s
     result_retry_window_s: float | None = Field(default=None, ge=0)  # fal's result reads
+    held: bool = False
 
     def adapter_options(self) -> dict[str, Any]:
         """This section as :func:`gateway.providers.build_adapter`'s keyword arguments
         (plain values; the credential is read from ``token_env`` by the caller)."""
         auth = self.webhook_auth_token
         return {
-            "base_url": self.base_url,
+            "base_url": self.base_url, "held": self.held,
             "webhook_auth_token": auth.get_secret_value() if auth else None,
             "request_timeout_s": self.request_timeout_s, "fetch_interval_s": self.fetch_interval_s,
             "fetch_max_interval_s": self.fetch_max_interval_s, "lost_grace_s": self.lost_grace_s,
@@ -246,6 +236,8 @@ class ProviderSettings(_Section):
     def _needs_url(self) -> ProviderSettings:
         if self.kind == "cog" and not self.base_url:
             raise ValueError("a cog provider needs base_url")
+        if self.held and self.kind != "cog":  # docs/cog.md §3
+            raise ValueError(f"held = true applies to cog providers only, not {self.kind!r}")
         if self.base_url:
             parts = urlsplit(self.base_url)
             if parts.scheme not in {"http", "https"} or not parts.netloc:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.cog_held import HeldCogAdapter
 from adapters.fal import FalAdapter
 from adapters.openai import OpenAIAdapter
 from adapters.replicate import ReplicateAdapter
@@ -98,3 +99,15 @@ def test_default_file_hosts_cover_each_providers_cdn(tmp_path: Path):
     assert "*.fal.media" in hosts["fal"]
     assert "replicate.delivery" in hosts["r8"]
     assert hosts["rp"] == []
+
+
+def test_held_builds_the_held_cog_adapter_and_is_refused_for_other_kinds(tmp_path: Path):
+    text = CONFIG + '\n[providers.cog]\nkind = "cog"\nbase_url = "http://127.0.0.1:5000"\n' \
+        'held = true\n'
+    conf = settings(tmp_path, text).providers["cog"]
+    adapter = providers.build_adapter("cog", conf.kind, **conf.adapter_options())
+    assert isinstance(adapter, HeldCogAdapter)
+    assert adapter.capabilities.webhooks is False
+    with pytest.raises(ConfigurationError, match="held = true applies to cog providers only"):
+        settings(tmp_path, CONFIG.replace('token_env = "IT_FAL_KEY"',
+                                          'token_env = "IT_FAL_KEY"\nheld = true'))
