@@ -10,6 +10,9 @@ alternating round by round so both see the same machine:
   calls ``run("bench/echo:<version>", input={"prompt": ...})``: create with ``Prefer:
   wait``, the gateway dispatches to Cog, Cog posts its webhooks (start, output, logs,
   completed) back, the finalizer completes the job and the held answer returns;
+- **cutover held**: the same ``run()`` on a second route (its own version) to a second
+  provider on the same Cog server with ``held = true`` (docs/cog.md §3): Cog's synchronous
+  request held open, no webhooks;
 - **direct**: the same input POSTed to Cog's own ``/predictions`` (synchronous), what an
   app calling Cog itself would pay (the reference issue 23's targets are written against);
 - **direct with webhooks**: the same input ``PUT`` asynchronously to the same Cog server
@@ -19,11 +22,12 @@ alternating round by round so both see the same machine:
   ms over the synchronous call: docs/benchmarks.md, "A run() with its job writes on
   sqlite3").
 
-The three arms rotate round by round. Prints per round and over all rounds each arm's
-p50/p99 (ms), the gateway arm's added p50/p99 over each reference, and the gateway
+The four arms rotate round by round. Prints per round and over all rounds each arm's
+p50/p99 (ms), each gateway arm's added p50/p99 over each reference, and the gateway
 process's CPU time per prediction (psutil, user + system, over the gateway arm's
-predictions only): on a shared machine CPU per prediction is the figure to compare
-between runs; latencies move with the load.
+predictions only), then issue 23's targets, met or NOT met, for each gateway arm. On a
+shared machine CPU per prediction is the figure to compare between runs; latencies move
+with the load.
 
 ``--profile FILE`` runs the gateway under cProfile timed by CPU time
 (bench/support/cpuprofile.py; figures inflated by the profiler; the stats are written to
@@ -44,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,7 +67,10 @@ from tests.support.process import GatewayProcess
 
 ECHO = Path(__file__).resolve().parents[1] / "examples" / "echo"
 MODEL = "bench/echo"
+HELD_MODEL = "bench/echo-held"  # the same Cog server through a provider with held = true
+GATEWAY_ARMS = ("cutover", "cutover held")
 VERSION = "5c7d5dc6dd8bf75c1acaa8565735e7986bc5b66206b55cca93cb72c9bf15ccaa"
+HELD_VERSION = "ae1d" + VERSION[4:]  # its own version: a create names the version only
 INPUT = {"prompt": "hello"}
 CPU_PROFILE = Path(__file__).resolve().parent / "support" / "cpuprofile.py"
 
@@ -82,14 +89,15 @@ def until_ready(http: httpx.Client, cog: CogServer) -> None:
 
 
 def through_cutover(client: replicate.Client, http: httpx.Client, cog: CogServer,
-                    count: int) -> list[float]:
+                    count: int, model: str = MODEL) -> list[float]:
     """Milliseconds of each of ``count`` sequential ``run()`` calls, each started once the
     gateway's Cog server is READY again (untimed)."""
     took = []
     for _ in range(count):
         until_ready(http, cog)
         start = time.perf_counter()
-        output = client.run(f"{MODEL}:{VERSION}", input=INPUT)
+        version = HELD_VERSION if model == HELD_MODEL else VERSION
+        output = client.run(f"{model}:{version}", input=INPUT)
         took.append((time.perf_counter() - start) * 1000)
         if output != "HELLO":
             raise RuntimeError(f"run() returned {output!r}")
@@ -185,17 +193,36 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def summary(label: str, ours: list[float], ref: list[float], hooked: list[float],
-            cpu_ms: float) -> str:
-    """One line: each arm's p50/p99 and the added p50/p99 over each reference (ms)."""
-    p50, p99 = statistics.median(ours), percentile(ours, 0.99)
-    r50, r99 = statistics.median(ref), percentile(ref, 0.99)
-    w50, w99 = statistics.median(hooked), percentile(hooked, 0.99)
-    return (f"{label}: direct p50 {r50:6.2f} p99 {r99:6.2f} ms; direct with webhooks p50 "
-            f"{w50:6.2f} p99 {w99:6.2f} ms; cutover p50 {p50:6.2f} p99 {p99:6.2f} ms; added "
-            f"p50 {p50 - r50:+6.2f} p99 {p99 - r99:+6.2f} ms (over direct), p50 "
-            f"{p50 - w50:+6.2f} p99 {p99 - w99:+6.2f} ms (over direct with webhooks); "
-            f"gateway CPU {cpu_ms:5.2f} ms/prediction")
+def summary(label: str, arms: dict[str, list[float]], cpu_ms: dict[str, float]) -> list[str]:
+    """The references' p50/p99, then a line per gateway arm: its p50/p99, added p50/p99
+    over each reference (ms), and gateway CPU per prediction."""
+    p50 = {arm: statistics.median(took) for arm, took in arms.items()}
+    p99 = {arm: percentile(took, 0.99) for arm, took in arms.items()}
+    lines = [f"{label}: direct p50 {p50['direct']:6.2f} p99 {p99['direct']:6.2f} ms; direct "
+             f"with webhooks p50 {p50['webhooks']:6.2f} p99 {p99['webhooks']:6.2f} ms"]
+    for arm in GATEWAY_ARMS:
+        lines.append(
+            f"  {arm:<14} p50 {p50[arm]:6.2f} p99 {p99[arm]:6.2f} ms; added p50 "
+            f"{p50[arm] - p50['direct']:+6.2f} p99 {p99[arm] - p99['direct']:+6.2f} ms "
+            f"(over direct), p50 {p50[arm] - p50['webhooks']:+6.2f} p99 "
+            f"{p99[arm] - p99['webhooks']:+6.2f} ms (over direct with webhooks); gateway CPU "
+            f"{cpu_ms[arm]:5.2f} ms/prediction")
+    return lines
+
+
+def verdicts(arms: dict[str, list[float]], cpu_ms: dict[str, float]) -> list[str]:
+    """Issue 23's three targets, met or NOT met, for each gateway arm."""
+    r50, r99 = statistics.median(arms["direct"]), percentile(arms["direct"], 0.99)
+    lines = []
+    for arm in GATEWAY_ARMS:
+        added50 = statistics.median(arms[arm]) - r50
+        added99 = percentile(arms[arm], 0.99) - r99
+        checks = [(f"added p50 {added50:+.2f} <= +5 ms", added50 <= 5.0),
+                  (f"added p99 {added99:+.2f} <= +15 ms", added99 <= 15.0),
+                  (f"CPU {cpu_ms[arm]:.2f} <= 3 ms/prediction", cpu_ms[arm] <= 3.0)]
+        lines.append(f"{arm}: " + "; ".join(
+            f"{text} {'met' if ok else 'NOT met'}" for text, ok in checks))
+    return lines
 
 
 def main() -> None:
@@ -211,8 +238,13 @@ def main() -> None:
         work = Path(tmp)
         with sync_database(args.backend, work) as database_url:
             config = gateway_config(database_url, work)
-            config["providers"] = {"cog": {"kind": "cog", "base_url": cog.url}}
-            config["routes"] = [{"model": MODEL, "version": VERSION, "provider": "cog"}]
+            # two providers on the gateway's one Cog server: the arms never overlap
+            config["providers"] = {"cog": {"kind": "cog", "base_url": cog.url},
+                                   "cog-held": {"kind": "cog", "base_url": cog.url,
+                                                "held": True}}
+            config["routes"] = [{"model": MODEL, "version": VERSION, "provider": "cog"},
+                                {"model": HELD_MODEL, "version": HELD_VERSION,
+                                 "provider": "cog-held"}]
             wrapper = ([sys.executable, str(CPU_PROFILE), str(args.profile.resolve())]
                        if args.profile else None)
             gateway = GatewayProcess(config, work, wrapper=wrapper).start()
@@ -228,37 +260,42 @@ def run_rounds(args: argparse.Namespace, gateway: GatewayProcess, ours: CogServe
                cog: CogServer) -> None:
     process = psutil.Process(gateway.pid)
     client = replicate.Client(api_token=TOKEN, base_url=gateway.url)
-    all_ours: list[float] = []
-    all_ref: list[float] = []
-    all_hooked: list[float] = []
-    all_cpu = 0.0
-    arms = ["cutover", "direct", "webhooks"]
+    names = [*GATEWAY_ARMS, "direct", "webhooks"]
+    every: dict[str, list[float]] = {arm: [] for arm in names}
+    every_cpu = dict.fromkeys(GATEWAY_ARMS, 0.0)
     with httpx.Client(timeout=60) as http, Receiver().running() as receiver:
-        through_cutover(client, http, ours, 5)  # warm every path (imports, connections)
+        runs: dict[str, Callable[[], list[float]]] = {
+            "cutover": lambda: through_cutover(client, http, ours, args.per_round, MODEL),
+            "cutover held": lambda: through_cutover(client, http, ours, args.per_round,
+                                                    HELD_MODEL),
+            "direct": lambda: direct(http, cog, args.per_round),
+            "webhooks": lambda: direct_webhooks(http, cog, receiver, args.per_round),
+        }
+        through_cutover(client, http, ours, 5, MODEL)  # warm every path (imports, connections)
+        through_cutover(client, http, ours, 5, HELD_MODEL)
         direct(http, cog, 5)
         direct_webhooks(http, cog, receiver, 5)
         for n in range(1, args.rounds + 1):
-            for arm in arms[n % 3:] + arms[:n % 3]:  # each arm first in turn
-                if arm == "direct":
-                    ref = direct(http, cog, args.per_round)
-                elif arm == "webhooks":
-                    hooked = direct_webhooks(http, cog, receiver, args.per_round)
-                else:
-                    before = cpu_s(process)
-                    took = through_cutover(client, http, ours, args.per_round)
-                    cpu = cpu_s(process) - before
-            all_ours += took
-            all_ref += ref
-            all_hooked += hooked
-            all_cpu += cpu
-            print("  " + summary(f"round {n} ({args.per_round} each)", took, ref, hooked,
-                                 cpu / args.per_round * 1000), flush=True)
+            took: dict[str, list[float]] = {}
+            cpu: dict[str, float] = {}
+            for arm in names[n % 4:] + names[:n % 4]:  # each arm first in turn
+                before = cpu_s(process)
+                took[arm] = runs[arm]()
+                cpu[arm] = (cpu_s(process) - before) / args.per_round * 1000
+            for arm in names:
+                every[arm] += took[arm]
+            for arm in GATEWAY_ARMS:
+                every_cpu[arm] += cpu[arm] / args.rounds
+            for line in summary(f"round {n} ({args.per_round} each)", took, cpu):
+                print("  " + line, flush=True)
     print("== summary")
     total = args.rounds * args.per_round
-    print(summary(f"{args.backend} run() vs Cog direct, {total} each", all_ours, all_ref,
-                  all_hooked, all_cpu / total * 1000))
+    for line in summary(f"{args.backend} run() vs Cog direct, {total} each", every, every_cpu):
+        print(line)
     print("targets (issue 23, against Cog direct): added p50 <= +5 ms, p99 <= +15 ms, "
           "gateway CPU <= 3 ms/prediction")
+    for line in verdicts(every, every_cpu):
+        print(line)
 
 
 if __name__ == "__main__":
