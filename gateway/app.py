@@ -228,6 +228,7 @@ async def _services(app: web.Application) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(store.fast_reads.close)
         stack.push_async_callback(reader.close)
+        stack.push_async_callback(app[_EVENTS].close)  # its PostgreSQL connections
         copier = OutputCopier(
             storage=app[keys.STORAGE],
             public_url=gw.public_url,

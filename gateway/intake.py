@@ -8,9 +8,10 @@ then stored once (deduplicated on its SHA-256 per job) and acknowledged; if it c
 stored, the answer is 503 so the provider retries (docs/cog.md §1.9). The
 :class:`EventProcessor` applies stored events in order per job: terminal snapshots go to
 the finalizer, others update the job's progress. Events survive a restart unprocessed
-and are applied when the gateway returns. On a SQLite file, a body next in order for its
-job is applied in the transaction that stores it instead (:meth:`Intake._applying`,
-:mod:`gateway.store.applied`; docs/lifecycle.md, "Order of a job's provider events").
+and are applied when the gateway returns. On a SQLite file and on PostgreSQL, a body next
+in order for its job is applied in the transaction that stores it instead
+(:meth:`Intake._applying`, :mod:`gateway.store.applied`, :mod:`gateway.store.pgapplied`;
+docs/lifecycle.md, "Order of a job's provider events").
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from gateway.providers import Provider, provider_ref
 from gateway.store.events import INLINE_BYTES, Applying, ProviderEvents
 from gateway.store.jobs import JobStore
 from gateway.store.ordering import outcome_values, progress_columns
-from gateway.store.reader import job_of
 from gateway.store.records import ProviderEvent
 
 __all__ = ["EventProcessor", "Intake"]
@@ -145,10 +145,10 @@ class Intake:
         """How :meth:`EventProcessor._apply` would apply ``body`` (verified), for the store
         to do it in the transaction that stores it (:meth:`ProviderEvents.add_applied`),
         and what follows once it did (given the job as written, or None); None when only
-        the processor may: not a SQLite file, a large body, one that does not parse, and,
-        as the job is read there, a job that has a webhook (its outbox rows), has no
-        submit recorded, or is another provider job's (a progress snapshot of a finished
-        job is late: logged, nothing written). A terminal snapshot's outcome
+        the processor may: neither a SQLite file nor PostgreSQL, a large body, one that
+        does not parse, and, as the job is read there, a job that has a webhook (its
+        outbox rows), has no submit recorded, or is another provider job's (a progress
+        snapshot of a finished job is late: logged, nothing written). A terminal snapshot's outcome
         (:meth:`_finishing`) is the finalizer's."""
         finalizer = self._finalizer
         if (finalizer is None or len(body) > INLINE_BYTES
@@ -186,11 +186,10 @@ class Intake:
         job's row is still the one read; then :meth:`Finalizer.recorded`. None (the
         processor's finalizer) for an outcome that would fetch files (not before the
         webhook is answered) or write asset rows, or one that raised."""
-        rows = self._store.fast_reads.rows([job_id])
-        row = None if rows is None else rows.get(job_id)
-        if row is None:
+        found = await self._events.job_row(job_id)
+        if found is None:
             return None
-        job = job_of(row)
+        row, job = found
         if not _appliable(job, snapshot) or not finalizer.copies_nothing(job, snapshot):
             return None
         try:

@@ -22,14 +22,17 @@ import sqlalchemy as sa
 
 from contracts.job import Job
 from gateway.store import applying
+from gateway.store.engine import db
+from gateway.store.engine.aio import Engine
 from gateway.store.engine.fastwrite import SqliteConnection, bound, sqlite_time
 from gateway.store.ordering import predicted
-from gateway.store.reader import ROWS_SQL, job_of
+from gateway.store.reader import ROWS_SQL, SqliteReads, job_of
 from gateway.store.records import ACTIVE
-from gateway.store.schema import jobs
+from gateway.store.schema import jobs, provider_events
 from gateway.store.writes import stored_as_given, update_sql
 
-__all__ = ["Applying", "Checks", "Stored", "add_fast", "apply_fast", "postponed"]
+__all__ = ["Applying", "Checks", "Stored", "add_engine", "add_fast", "apply_fast", "postponed",
+           "sqlite_row"]
 
 Checks = dict[tuple[str, str], "datetime | None"]
 """(job id, event key) -> when the job's next poll or probe is postponed to."""
@@ -46,9 +49,11 @@ class Applying:
     the event is not for this path (the processor applies it). It runs inside the
     transaction: quick, and raising nothing it means (an exception is taken as None).
     ``kept`` is the body stored once applied (:func:`adapters.errortext.kept_body`).
-    With ``row`` (the job's row as :meth:`gateway.store.reader.SqliteReads.rows` read it,
-    and ``job``, that row's job), what was decided from it beforehand holds only while
-    the row is unchanged: otherwise the event is the processor's.
+    With ``row`` (the job's row as :meth:`ProviderEvents.job_row` read it: on SQLite as
+    :meth:`gateway.store.reader.SqliteReads.rows` reads it, on PostgreSQL with its
+    version, :data:`gateway.store.pgapplied.ROW_SQL`), and ``job``, that row's job), what
+    was decided from it beforehand holds only while the row is unchanged: otherwise the
+    event is the processor's.
     """
 
     decide: Callable[[Job], dict[str, Any] | None]
@@ -90,6 +95,18 @@ _APPLIABLE_SQL = (
     " WHERE job_id = ? AND processed_at IS NULL) FROM jobs WHERE id = ?"
 )
 _ROW_SQL = ROWS_SQL.format("?")
+_ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
+_UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
+_POSTPONE = (
+    jobs.update()
+    .where(
+        jobs.c.id == sa.bindparam("p_id"),
+        _ACTIVE_STATE,  # constants: an executemany takes no expanding IN
+        jobs.c.submitted_at.is_not(None),
+        jobs.c.next_attempt_at < _UNTIL,
+    )
+    .values(next_attempt_at=_UNTIL)
+)
 
 
 def apply_fast(
@@ -164,6 +181,14 @@ def _write(conn: SqliteConnection, before: Job, values: dict[str, Any],
     return None if back is None else job_of(back)
 
 
+def sqlite_row(reads: SqliteReads, job_id: str) -> tuple[tuple[Any, ...], Job] | None:
+    """The job's row as ``Applying.row`` holds it on SQLite, with its job; None when there
+    is no such job or ``reads`` cannot answer."""
+    rows = reads.rows([job_id])
+    row = None if rows is None else rows.get(job_id)
+    return None if row is None else (row, job_of(row))
+
+
 def postponed(checks: Checks, stored: Mapping[tuple[str, str], int]) -> list[dict[str, Any]]:
     """The postponed checks of the jobs whose events were new (``stored``): one update per
     job, in id order. Every process locks jobs rows in that order, so two processes
@@ -180,7 +205,7 @@ def add_fast(
     applyings: list[Applying | None], applied: dict[tuple[str, str], tuple[Job, Job | None]],
     dialect: sa.Dialect, now: datetime,
 ) -> dict[tuple[str, str], int]:
-    """:meth:`ProviderEvents._add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`),
+    """:func:`add_engine` on ``sqlite3`` (:mod:`gateway.store.engine.fastwrite`),
     applying those it can (``applyings``, one per row) as they are stored: each applied
     one's (job before, job written or None) goes into ``applied``."""
     stored: dict[tuple[str, str], int] = {}
@@ -204,4 +229,24 @@ def add_fast(
         (sqlite_time(p["p_until"]), p["p_id"], sqlite_time(p["p_until"]))
         for p in postponed(checks, {k: i for k, i in stored.items() if k not in applied})
     ])
+    return stored
+
+
+async def add_engine(engine: Engine, rows: list[dict[str, Any]], checks: Checks
+                     ) -> dict[tuple[str, str], int]:
+    """Store ``rows`` (new events, for the processor) through the engine, with the
+    postponed checks of their jobs: ``{(job id, event key): event id}`` of the new ones."""
+    async with engine.begin() as conn:
+        insert = db.dialect_insert(conn)
+        statement = (
+            insert(provider_events)
+            .on_conflict_do_nothing(index_elements=["job_id", "event_key"])
+            .returning(
+                provider_events.c.id, provider_events.c.job_id, provider_events.c.event_key
+            )
+        )
+        stored = {(r.job_id, r.event_key): r.id for r in await conn.execute(statement, rows)}
+        params = postponed(checks, stored)
+        if params:
+            await conn.execute(_POSTPONE, params)
     return stored

@@ -22,8 +22,9 @@ those its processor has not taken (:meth:`ProviderEvents.release_handed`), for t
 process to claim at once.
 
 A body its caller can apply at once (:meth:`ProviderEvents.add_applied`) is applied in
-the transaction that stores it when nothing else of its job waits
-(:mod:`gateway.store.applied`); anything else is stored for the processor as below.
+the transaction that stores it when nothing else of its job waits (on a SQLite file
+:mod:`gateway.store.applied`, on PostgreSQL :mod:`gateway.store.pgapplied`); anything
+else is stored for the processor as below.
 
 Per job, events are applied in the order they were stored (by id; docs/lifecycle.md,
 "Order of a job's provider events"): an event is not claimed, or taken from memory, while
@@ -51,15 +52,15 @@ from contracts.errors import ServiceUnavailable
 from contracts.job import Job
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store import eventorder, lease, outbox
-from gateway.store.applied import Applying, Checks, Stored, add_fast, postponed
-from gateway.store.engine import db
+from gateway.store.applied import Applying, Stored, add_engine, add_fast, sqlite_row
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.fastwrite import FastWrites, in_list, sqlite_time
 from gateway.store.engine.group import Group
 from gateway.store.heartbeat import RENEWALS_PER_LEASE, Heartbeat
+from gateway.store.pgapplied import PgApplied
 from gateway.store.reader import SqliteReads
-from gateway.store.records import ACTIVE, ProviderEvent
-from gateway.store.schema import jobs, provider_events
+from gateway.store.records import ProviderEvent
+from gateway.store.schema import provider_events
 
 __all__ = ["INLINE_BYTES", "Applying", "ProviderEvents", "Stored"]
 
@@ -79,18 +80,6 @@ MAX_HANDED = 1024  # events held in memory for the processor; more wait in the s
 STORE_EVERY_S = 1.0  # the store's events are claimed at least this often (ProviderEvents.claim)
 STORE_EVERY = timedelta(seconds=STORE_EVERY_S)
 _KEPT_SHARE = 1 - 1 / RENEWALS_PER_LEASE  # a lease with this share left lasts till a renewal
-_ACTIVE_STATE = sa.or_(*(jobs.c.state == sa.literal_column(f"'{s}'") for s in ACTIVE))
-_UNTIL = sa.bindparam("p_until", type_=jobs.c.next_attempt_at.type)
-_POSTPONE = (
-    jobs.update()
-    .where(
-        jobs.c.id == sa.bindparam("p_id"),
-        _ACTIVE_STATE,  # constants: an executemany takes no expanding IN
-        jobs.c.submitted_at.is_not(None),
-        jobs.c.next_attempt_at < _UNTIL,
-    )
-    .values(next_attempt_at=_UNTIL)
-)
 
 
 def _key(body: bytes) -> str:
@@ -112,6 +101,7 @@ class ProviderEvents(lease.Leasing):
         self._marks: Group[int, bool] = Group("event-marks", self._mark_group, max_items=500)
         self._reads = SqliteReads(engine)
         self._fast = FastWrites(engine)  # the hot transactions on SQLite (engine/fastwrite.py)
+        self._pg = PgApplied(engine)  # add_applied's transaction on PostgreSQL
         self._handed: deque[tuple[datetime, ProviderEvent]] = deque()  # (lease end, event)
         self._heartbeat = Heartbeat(engine, self._held, lease_length=self._lease_length,
                                     clock=clock)
@@ -150,9 +140,19 @@ class ProviderEvents(lease.Leasing):
 
     @property
     def applies_as_stored(self) -> bool:
-        """Whether :meth:`add_applied` may apply here at all (a SQLite file); else it
-        stores only, and its caller need not prepare an :class:`Applying`."""
-        return self._fast.available
+        """Whether :meth:`add_applied` may apply here at all (a SQLite file, PostgreSQL);
+        else it stores only, and its caller need not prepare an :class:`Applying`."""
+        return self._fast.available or self._pg.available
+
+    async def job_row(self, job_id: str) -> tuple[tuple[Any, ...], Job] | None:
+        """``(row, job)`` as ``Applying.row`` and ``Applying.job`` take them; None when
+        there is no such job or it could not be read (then the processor applies)."""
+        return await self._pg.row(job_id) if self._pg.available else sqlite_row(self._reads,
+                                                                                job_id)
+
+    async def close(self) -> None:
+        """Give back the connections of :mod:`gateway.store.pgapplied` (none on SQLite)."""
+        await self._pg.close()
 
     async def _store(self, new: _New) -> Stored:
         body = new.body
@@ -192,9 +192,11 @@ class ProviderEvents(lease.Leasing):
             applyings, dialect = [e.applying for e in news], self._engine.dialect
             stored = self._fast.run(
                 lambda conn: add_fast(conn, rows, checks, applyings, applied, dialect, now))
+            if stored is None and any(applyings):
+                stored = await self._pg.add(rows, checks, applyings, applied, now)
         if stored is None:
             applied.clear()  # rolled back, if anything was
-            stored = await self._add_engine(rows, checks)
+            stored = await add_engine(self._engine, rows, checks)
         results: list[Stored | BaseException] = []
         handed: list[ProviderEvent] = []
         for e in group:
@@ -213,23 +215,6 @@ class ProviderEvents(lease.Leasing):
         if until is not None:
             self._handed.extend((until, event) for event in sorted(handed, key=lambda e: e.id))
         return results
-
-    async def _add_engine(self, rows: list[dict[str, Any]], checks: Checks
-                          ) -> dict[tuple[str, str], int]:
-        async with self._engine.begin() as conn:
-            insert = db.dialect_insert(conn)
-            statement = (
-                insert(provider_events)
-                .on_conflict_do_nothing(index_elements=["job_id", "event_key"])
-                .returning(
-                    provider_events.c.id, provider_events.c.job_id, provider_events.c.event_key
-                )
-            )
-            stored = {(r.job_id, r.event_key): r.id for r in await conn.execute(statement, rows)}
-            params = postponed(checks, stored)
-            if params:
-                await conn.execute(_POSTPONE, params)
-        return stored
 
     async def claim(self, limit: int) -> list[ProviderEvent]:
         """Lease up to ``limit`` unprocessed events, in order per job, each with a whole

@@ -17,7 +17,7 @@ from typing import Any
 from contracts.job import Job
 from gateway.store.schema import UTCDateTime, jobs
 
-__all__ = ["COLUMNS", "CURRENT_SQL", "NAMES", "VERSIONS_SQL", "job_and_version"]
+__all__ = ["COLUMNS", "CURRENT_SQL", "NAMES", "VERSIONS_SQL", "job_and_version", "pg_job"]
 
 COLUMNS = [c for c in jobs.c if c.name in Job.model_fields]
 """The columns of a :class:`~contracts.job.Job`, in table order (``id`` first)."""
@@ -37,8 +37,14 @@ def job_and_version(row: Sequence[Any]) -> tuple[Job, tuple[int, Any]]:
     """A row of :data:`CURRENT_SQL` (from asyncpg) or of the same columns from the engine
     as ``(job, (row_version, updated_at))``."""
     *values, version, updated = row
+    return pg_job(values), (version, updated)
+
+
+def pg_job(row: Sequence[Any]) -> Job:
+    """A row of :data:`COLUMNS` (from asyncpg, or the engine) as a job."""
+    values = list(row)
     for index in _TIMES:  # as UTCDateTime.process_result_value
         at = values[index]
         if at is not None:
             values[index] = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return Job.model_validate(dict(zip(NAMES, values, strict=True))), (version, updated)
+    return Job.model_validate(dict(zip(NAMES, values, strict=True)))

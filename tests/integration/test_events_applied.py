@@ -1,9 +1,10 @@
 """A provider webhook applied in the transaction that stores it (gateway/store/applied.py),
-on every backend: on a SQLite file a progress webhook of a job without a webhook, next in
-order for its job, is stored already processed and the job written, with no round of the
-event processor; on PostgreSQL, and whenever something of the job waits (an earlier
-unprocessed event) or the job has a webhook (its outbox rows), the event is stored for
-the processor as before and applied there, in order.
+on every backend: on a SQLite file (gateway/store/applied.py) and on PostgreSQL
+(gateway/store/pgapplied.py) a progress webhook of a job without a webhook, next in order
+for its job, is stored already processed and the job written, with no round of the event
+processor; whenever something of the job waits (an earlier unprocessed event) or the job
+has a webhook (its outbox rows), the event is stored for the processor as before and
+applied there, in order.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import pytest
 import sqlalchemy as sa
 
 from contracts.job import JobState
+from gateway.http import keys
 from gateway.store.schema import outbox
 from tests.support.gateway import GatewayHarness
 from tests.support.outbox import event_rows, events_loop, processor_only, queued_job, start_job
 
-pytestmark = pytest.mark.every_backend  # SQLite takes the path, PostgreSQL must not
+pytestmark = pytest.mark.every_backend  # a SQLite file and PostgreSQL take the path
 
 
 def applies_as_stored(gateway: GatewayHarness) -> bool:
-    return gateway.store.engine.dialect.name == "sqlite"
+    applies: bool = gateway.app[keys.INTAKE]._events.applies_as_stored
+    assert applies, "a SQLite file and PostgreSQL both apply as they store"
+    return applies
 
 
 async def drain(gateway: GatewayHarness) -> int:
