@@ -137,6 +137,8 @@ class PgApplied:
             raise
 
     async def _connection(self) -> Any:
+        if self._pooled is not None and self._pooled.driver_connection.is_closed():
+            await self._drop()  # the server closed it meanwhile: a new one
         if self._pooled is None:
             self._pooled = await greenlet_spawn(self._engine.sync_engine.raw_connection)
         return self._pooled.driver_connection

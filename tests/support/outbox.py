@@ -78,8 +78,8 @@ def events_loop(gateway: GatewayHarness) -> Any:
 def processor_only(gateway: GatewayHarness | None, monkeypatch: Any) -> None:
     """Every provider webhook of ``gateway`` (None: of every gateway) stored for its event
     processor, none applied in the transaction that stores it (gateway/store/applied.py,
-    gateway/store/pgapplied.py): for the tests of the processor's own rules (retries, leases, marks,
-    its handoff), which that path would otherwise pass by."""
+    gateway/store/pgapplied.py): for the tests of the processor's own rules (retries,
+    leases, marks, its handoff), which that path would otherwise pass by."""
 
     async def stored_only(*args: Any) -> None:
         return None
