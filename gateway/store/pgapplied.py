@@ -25,7 +25,8 @@ Five round trips (``BEGIN``, three statements, ``COMMIT``) instead of the event
 processor's store, claim, read, write and mark transactions (docs/benchmarks.md). The
 connection is taken on the first group and kept (one of the lifecycle's: no shared slot
 of :class:`gateway.store.engine.aio.Engine` is taken for it, so no GET load delays a
-webhook's apply; a terminal webhook's row is read on it too, :meth:`PgApplied.row`);
+webhook's apply; a terminal webhook's row is read beforehand on a second one,
+:meth:`PgApplied.row`);
 when anything fails (the connection, a deadlock the server broke, an error of this
 module) it is rolled back and dropped, and the group is stored through the engine
 instead, as on SQLite, nothing of it written here. A failed ``COMMIT`` may have
@@ -49,6 +50,7 @@ from gateway.store import applying, jobrows
 from gateway.store.applied import Applying, Checks, postponed
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.fastwrite import bound
+from gateway.store.engine.pgreads import RowReads
 from gateway.store.ordering import predicted
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs
@@ -59,8 +61,8 @@ __all__ = ["ROW_SQL", "PgApplied"]
 log = logging.getLogger(__name__)
 
 _COLUMNS = ", ".join(jobrows.NAMES)
-ROW_SQL = f"SELECT {_COLUMNS}, row_version FROM jobs WHERE id = $1"  # noqa: S608
-"""``$1`` the id: a job's row with its version, as ``Applying.row`` holds it."""
+ROW_SQL = f"SELECT {_COLUMNS}, row_version FROM jobs WHERE id = ANY($1::text[])"  # noqa: S608
+"""``$1`` the ids: a job's row with its version, as ``Applying.row`` holds it."""
 _WIDTH = len(jobrows.NAMES) + 1  # a row of ROW_SQL
 _LOCK_SQL = (f"SELECT {_COLUMNS}, row_version, lease_owner, leased_until, next_attempt_at"  # noqa: S608
              " FROM jobs WHERE id = $1 FOR UPDATE")
@@ -101,28 +103,19 @@ class PgApplied:
         self._dispatch = engine.sync_engine.dispatch
         self._pooled: Any = None  # the pool's connection, held while this lives
         self._lock = asyncio.Lock()  # one operation at a time on it
+        self._rows = RowReads(engine, ROW_SQL, lifecycle=True) if self.available else None
         self._closed = False
 
     async def row(self, job_id: str) -> tuple[tuple[Any, ...], Job] | None:
         """The job's row as :data:`ROW_SQL` reads it and its job, for ``Applying.row``;
-        None when there is no such job or it could not be read. Read on this module's
-        connection (the lifecycle's: a webhook's apply never waits behind GETs for one of
-        the shared connections), between two groups' transactions."""
-        if not self.available or self._closed:
+        None when there is no such job or it could not be read. Batched with the other
+        reads waiting on a second connection of the lifecycle's
+        (:mod:`gateway.store.engine.pgreads`): a terminal webhook's read waits neither
+        behind GETs for a shared connection nor for a group's transaction."""
+        found = None if self._rows is None else await self._rows.row(job_id)
+        if found is None or found[0] is None:
             return None
-        async with self._lock:
-            try:
-                found = await (await self._connection()).fetchrow(ROW_SQL, job_id)
-            except Exception:  # noqa: BLE001 (not read: the processor applies the event)
-                await self._drop()
-                return None
-            except BaseException:
-                await self._drop()
-                raise
-        if found is None:
-            return None
-        row = tuple(found)
-        return row, jobrows.pg_job(row[:-1])
+        return found[0], jobrows.pg_job(found[0][:-1])
 
     async def add(
         self, rows: list[dict[str, Any]], checks: Checks, applyings: list[Applying | None],
@@ -168,6 +161,8 @@ class PgApplied:
     async def close(self) -> None:
         """Give the connections back to the pool; later groups go through the engine."""
         self._closed = True
+        if self._rows is not None:
+            await self._rows.close()
         async with self._lock:
             pooled, self._pooled = self._pooled, None
             if pooled is not None:
