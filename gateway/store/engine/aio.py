@@ -178,6 +178,16 @@ class Engine:
         as :meth:`connect`."""
         return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql")
 
+    def lifecycle_read(self) -> Connection:
+        """:meth:`read` for a step of the job lifecycle made in a request's task (a
+        provider webhook's URL check, the read of the job its event applies to): its
+        checkout may take a connection reserved for the lifecycle, as under
+        :data:`LIFECYCLE`, so no load of polling GETs holding the shared ones delays it
+        (docs/lifecycle.md, "Reads and the lifecycle"). For short single reads only: each
+        one takes a reserved connection for its duration."""
+        return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql",
+                          lifecycle=True)
+
     def begin(self) -> _Begin:
         """A connection in a transaction for ``async with``: committed when the block
         ends normally, rolled back when it raises (``AsyncEngine.begin()``)."""
@@ -195,19 +205,23 @@ class Connection:
     """One pooled connection (``AsyncConnection``'s part the store uses); entered with
     ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
 
-    __slots__ = ("_autocommit", "_disposals", "_holds", "_shared", "engine", "sync_connection")
+    __slots__ = ("_autocommit", "_disposals", "_holds", "_lifecycle", "_shared", "engine",
+                 "sync_connection")
 
-    def __init__(self, engine: Engine, *, autocommit: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, *, autocommit: bool = False, lifecycle: bool = False
+    ) -> None:
         self.engine = engine
         self.sync_connection: sa.Connection | None = None
         self._disposals = engine.disposals
         self._autocommit = autocommit
+        self._lifecycle = lifecycle  # may take a reserved connection (Engine.lifecycle_read)
         self._shared = False
         self._holds: contextvars.Token[asyncio.Task[Any] | None] | None = None
 
     async def __aenter__(self) -> Connection:
         self._disposals = self.engine.disposals
-        self._shared = await self.engine._share()
+        self._shared = False if self._lifecycle else await self.engine._share()
         if self._shared:  # this task's nested checkouts take no second one
             self._holds = _HOLDS_SHARED.set(asyncio.current_task())
         try:
