@@ -188,10 +188,13 @@ class Engine:
         return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql",
                           lifecycle=True)
 
-    def begin(self) -> _Begin:
+    def begin(self, *, lifecycle: bool = False) -> _Begin:
         """A connection in a transaction for ``async with``: committed when the block
-        ends normally, rolled back when it raises (``AsyncEngine.begin()``)."""
-        return _Begin(self)
+        ends normally, rolled back when it raises (``AsyncEngine.begin()``). With
+        ``lifecycle``, a short write of the job lifecycle made in a request's task (a
+        provider's unsigned webhook poke): its checkout may take a reserved connection,
+        as :meth:`lifecycle_read`'s."""
+        return _Begin(self, lifecycle=lifecycle)
 
     async def dispose(self) -> None:
         """Close the pool's connections; checked-out ones close when returned (a task
@@ -316,8 +319,8 @@ class _Begin:
 
     __slots__ = ("_connection", "_transaction")
 
-    def __init__(self, engine: Engine) -> None:
-        self._connection = Connection(engine)
+    def __init__(self, engine: Engine, *, lifecycle: bool = False) -> None:
+        self._connection = Connection(engine, lifecycle=lifecycle)
         self._transaction: RootTransaction | None = None
 
     async def __aenter__(self) -> Connection:
