@@ -9,12 +9,12 @@ result. What changes against the webhook path:
 - :meth:`HeldCogAdapter.submit` waits up to :data:`ANSWER_WINDOW_S` for the answer: a
   fast prediction's result, or Cog's busy (409), refusal (422) or a connection failure,
   returns as a submit's answer and the dispatcher applies it as for any provider. A
-  prediction still running then stays held by this process and is reported ``starting``;
+  prediction still running then stays held by this process and is reported ``processing``;
   its answer is handed to the gateway when it comes (:meth:`HeldCogAdapter.attach_answers`, the
   provider webhook intake without its HTTP), and kept for the next :meth:`fetch` if that
   hand-over fails.
-- While held, no ``processing`` or ``logs`` events arrive: pollers see ``starting`` until
-  the watchdog probe (:meth:`CogAdapter.fetch`, every ``fetch_interval_s``) reads the
+- While held, no output or ``logs`` events arrive: pollers see ``processing`` with no logs
+  until the watchdog probe (:meth:`CogAdapter.fetch`, every ``fetch_interval_s``) reads the
   prediction's progress and logs, then the result.
 - A held request outlives nothing: a gateway that stops (or restarts) while holding a
   prediction loses its answer. Cog goes on running it and forgets it once done; the next
@@ -108,9 +108,9 @@ class HeldCogAdapter(CogAdapter):
         Returns
         -------
         ProviderSnapshot
-            The result (terminal) when Cog answered within the window; else ``QUEUED``
-            (raw ``starting``), the prediction held. A retried submit of a job held
-            here answers ``QUEUED`` without sending again.
+            The result (terminal) when Cog answered within the window; else ``RUNNING``
+            (raw ``processing``), the prediction held. A retried submit of a job held
+            here answers ``RUNNING`` without sending again.
 
         Raises
         ------
@@ -119,7 +119,7 @@ class HeldCogAdapter(CogAdapter):
         """
         job_id = request.job_id
         if job_id in self._calls:
-            return _starting(job_id)
+            return _processing(job_id)
         body = aiotransport.json_body({"id": job_id, "input": request.input})
         first = asyncio.ensure_future(self._send(job_id, body))
         try:
@@ -133,13 +133,13 @@ class HeldCogAdapter(CogAdapter):
             return cog_wire.prediction(self.name, response).snapshot()
         call = self._calls[job_id] = _Call(job_id)
         call.task = asyncio.create_task(self._hold(call, first, body), name=f"cog-held:{job_id}")
-        return _starting(job_id)
+        return _processing(job_id)
 
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """The watchdog probe of :meth:`CogAdapter.fetch`, knowing what this process holds:
         an answer not yet handed over is returned as it is; a call Cog refused as busy is
         ``starting`` (Cog has nothing to probe); a held prediction the probe finds
-        forgotten is ending now (its answer is on its way): ``starting`` too."""
+        forgotten is ending now (its answer is on its way): ``processing``."""
         call = self._calls.get(ref.provider_job_id)
         if call is None:
             return await super().fetch(ref)
@@ -149,7 +149,7 @@ class HeldCogAdapter(CogAdapter):
         if call.busy:
             return _starting(call.job_id)
         snapshot = await super().fetch(ref)
-        return _starting(call.job_id) if snapshot.lost else snapshot
+        return _processing(call.job_id) if snapshot.lost else snapshot
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """Cog's cancel (:meth:`CogAdapter.cancel`): the held request then answers
@@ -219,6 +219,13 @@ class HeldCogAdapter(CogAdapter):
 
 def _starting(job_id: str) -> ProviderSnapshot:
     return ProviderSnapshot(provider_job_id=job_id, state=JobState.QUEUED, raw_status="starting")
+
+
+def _processing(job_id: str) -> ProviderSnapshot:
+    """A held prediction Cog neither refused nor finished within the window: it runs
+    (Cog's busy and refusal answers come within milliseconds)."""
+    return ProviderSnapshot(provider_job_id=job_id, state=JobState.RUNNING,
+                            raw_status="processing")
 
 
 def _body(job_id: str, status: str, error: str | None = None) -> bytes:

@@ -155,7 +155,7 @@ async def test_a_long_prediction_is_held_and_its_answer_handed_over(held):
     adapter, cog, delivered = held
     ended = cog.later(200, DONE)
     snapshot = await adapter.submit(submit_request())
-    assert snapshot.state is JobState.QUEUED and snapshot.raw_status == "starting"
+    assert snapshot.state is JobState.RUNNING and snapshot.raw_status == "processing"
     assert delivered.answers == []
     ended.set()
     job_id, answer = await delivered.one()
@@ -168,7 +168,7 @@ async def test_a_retried_submit_of_a_held_job_sends_nothing(held):
     ended = cog.later(200, DONE)
     await adapter.submit(submit_request())
     again = await adapter.submit(submit_request())
-    assert again.state is JobState.QUEUED
+    assert again.state is JobState.RUNNING
     assert len(cog.requests) == 1
     ended.set()
 
@@ -228,7 +228,7 @@ async def test_a_probe_that_finds_a_held_prediction_forgotten_waits_for_its_answ
     cog.now(202, {"id": JOB, "status": "starting"})  # the probe created it: Cog forgot it
     cog.now(200, {})  # the probe's own prediction canceled
     snapshot = await adapter.fetch(ref())
-    assert snapshot.state is JobState.QUEUED and not snapshot.lost
+    assert snapshot.state is JobState.RUNNING and not snapshot.lost
     ended.set()
 
 
@@ -250,6 +250,19 @@ async def test_cancel_of_a_held_prediction_is_cogs_cancel_and_its_answer_ends_it
     ended.set()
     _, answer = await delivered.one()
     assert answer["status"] == "canceled"
+
+
+async def test_a_probe_of_a_call_waiting_after_a_busy_answer_sends_nothing(held, monkeypatch):
+    adapter, cog, _ = held
+    monkeypatch.setattr(cog_held, "_BUSY_FIRST_S", 3600.0)
+    adapter._rng.random = lambda: 1.0  # type: ignore[method-assign]
+    busy = cog.later(409, {"error": "At capacity", "status": "failed"})
+    await adapter.submit(submit_request())
+    busy.set()
+    await until(lambda: adapter._calls[JOB].busy)
+    snapshot = await adapter.fetch(ref())
+    assert snapshot.state is JobState.QUEUED and snapshot.raw_status == "starting"
+    assert len(cog.requests) == 1  # a probe would have created a prediction at Cog
 
 
 async def test_cancel_of_a_call_waiting_after_a_busy_answer_ends_it_without_cog(held,
