@@ -16,10 +16,11 @@ result. What changes against the webhook path:
 - While held, no output or ``logs`` events arrive: pollers see ``processing`` with no logs
   until the watchdog probe (:meth:`CogAdapter.fetch`, every ``fetch_interval_s``) reads the
   prediction's progress and logs, then the result.
-- A held request outlives nothing: a gateway that stops (or restarts) while holding a
-  prediction loses its answer. Cog goes on running it and forgets it once done; the next
-  probe then finds it forgotten and, after ``lost_grace_s`` (:data:`HELD_LOST_GRACE_S`:
-  no webhook will ever come), the job fails as lost.
+- A held request outlives nothing: a gateway that stops waits up to :data:`DRAIN_S` for
+  the predictions it holds; one still held then (or at a crash) loses its answer. Cog
+  goes on running it and forgets it once done; the next probe then finds it forgotten
+  and, after ``lost_grace_s`` (:data:`HELD_LOST_GRACE_S`: no webhook will ever come),
+  the job fails as lost.
 - A cancel is Cog's ``POST /predictions/{id}/cancel``; the held request then answers
   ``canceled``, which ends the job.
 """
@@ -42,7 +43,7 @@ from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
 
-__all__ = ["ANSWER_WINDOW_S", "HELD_LOST_GRACE_S", "Deliver", "HeldCogAdapter"]
+__all__ = ["ANSWER_WINDOW_S", "DRAIN_S", "HELD_LOST_GRACE_S", "Deliver", "HeldCogAdapter"]
 
 #: How long a submit waits for Cog's answer before leaving the prediction held, in
 #: seconds: Cog's busy and refusal answers take 2-3 ms; the dispatcher's round waits this
@@ -51,6 +52,8 @@ ANSWER_WINDOW_S = 0.05
 #: No webhook comes after a forgotten held prediction: a short grace covers only the
 #: moment between Cog's answer and its being applied.
 HELD_LOST_GRACE_S = 10.0
+#: How long a stopping gateway waits for its held predictions, in seconds.
+DRAIN_S = 10.0
 _BUSY_FIRST_S, _BUSY_MAX_S = 0.1, 5.0  # a held call refused as busy: sent again after
 
 #: Hands a held prediction's answer (Cog's prediction JSON, as bytes) to the gateway for
@@ -94,8 +97,12 @@ class HeldCogAdapter(CogAdapter):
         self._deliver = deliver
 
     async def aclose(self) -> None:
-        """Drop every held request (Cog goes on; the answers are lost), then the client."""
+        """Wait up to :data:`DRAIN_S` for the held predictions to end and their answers
+        to be handed over (the gateway stops: its loops have stopped sending), then drop
+        the rest (Cog goes on; their answers are lost), then close the client."""
         tasks = [c.task for c in self._calls.values() if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=DRAIN_S)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

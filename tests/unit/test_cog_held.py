@@ -86,6 +86,7 @@ class Delivered:
 async def held(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[HeldCogAdapter, Cog,
                                                                         Delivered]]:
     monkeypatch.setattr(cog_held, "_BUSY_FIRST_S", 0.0)  # sent again at once
+    monkeypatch.setattr(cog_held, "DRAIN_S", 0.0)  # a test's unended hold: dropped at close
     cog = Cog()
     adapter = HeldCogAdapter(name="cog", base_url=BASE, transport=httpx.MockTransport(cog))
     delivered = Delivered()
@@ -295,7 +296,20 @@ async def test_a_transport_failure_mid_hold_leaves_the_job_to_the_probe(held):
     assert delivered.answers == []
 
 
-async def test_aclose_drops_held_requests(held):
+async def test_aclose_waits_for_a_held_prediction_that_ends_meanwhile(held, monkeypatch):
+    adapter, cog, delivered = held
+    monkeypatch.setattr(cog_held, "DRAIN_S", 30.0)
+    ended = cog.later(200, DONE)
+    await adapter.submit(submit_request())
+    closing = asyncio.create_task(adapter.aclose())
+    await until(lambda: delivered.answers == [] and not closing.done())
+    ended.set()
+    await asyncio.wait_for(closing, 5)
+    assert [(job, answer["status"]) for job, answer in delivered.answers] == [
+        (JOB, "succeeded")]
+
+
+async def test_aclose_drops_held_requests_past_the_drain(held):
     adapter, cog, delivered = held
     cog.later(200, DONE)  # never ends
     await adapter.submit(submit_request())
