@@ -9,17 +9,18 @@ result. What changes against the webhook path:
 - :meth:`HeldCogAdapter.submit` waits up to :data:`ANSWER_WINDOW_S` for the answer: a
   fast prediction's result, or Cog's busy (409), refusal (422) or a connection failure,
   returns as a submit's answer and the dispatcher applies it as for any provider. A
-  prediction still running then stays held by this process and is reported ``starting``;
+  prediction still running then stays held by this process and is reported ``processing``;
   its answer is handed to the gateway when it comes (:meth:`HeldCogAdapter.attach_answers`, the
   provider webhook intake without its HTTP), and kept for the next :meth:`fetch` if that
   hand-over fails.
-- While held, no ``processing`` or ``logs`` events arrive: pollers see ``starting`` until
-  the watchdog probe (:meth:`CogAdapter.fetch`, every ``fetch_interval_s``) reads the
+- While held, no output or ``logs`` events arrive: pollers see ``processing`` with no logs
+  until the watchdog probe (:meth:`CogAdapter.fetch`, every ``fetch_interval_s``) reads the
   prediction's progress and logs, then the result.
-- A held request outlives nothing: a gateway that stops (or restarts) while holding a
-  prediction loses its answer. Cog goes on running it and forgets it once done; the next
-  probe then finds it forgotten and, after ``lost_grace_s`` (:data:`HELD_LOST_GRACE_S`:
-  no webhook will ever come), the job fails as lost.
+- A held request outlives nothing: a gateway that stops waits up to :data:`DRAIN_S` for
+  the predictions it holds; one still held then (or at a crash) loses its answer. Cog
+  goes on running it and forgets it once done; the next probe then finds it forgotten
+  and, after ``lost_grace_s`` (:data:`HELD_LOST_GRACE_S`: no webhook will ever come),
+  the job fails as lost.
 - A cancel is Cog's ``POST /predictions/{id}/cancel``; the held request then answers
   ``canceled``, which ends the job.
 """
@@ -42,7 +43,7 @@ from contracts.errors import CutoverError, ProviderBusy, UpstreamRejected
 from contracts.job import JobState
 from contracts.snapshot import ProviderRef, ProviderSnapshot, SubmitRequest
 
-__all__ = ["ANSWER_WINDOW_S", "HELD_LOST_GRACE_S", "Deliver", "HeldCogAdapter"]
+__all__ = ["ANSWER_WINDOW_S", "DRAIN_S", "HELD_LOST_GRACE_S", "Deliver", "HeldCogAdapter"]
 
 #: How long a submit waits for Cog's answer before leaving the prediction held, in
 #: seconds: Cog's busy and refusal answers take 2-3 ms; the dispatcher's round waits this
@@ -51,6 +52,8 @@ ANSWER_WINDOW_S = 0.05
 #: No webhook comes after a forgotten held prediction: a short grace covers only the
 #: moment between Cog's answer and its being applied.
 HELD_LOST_GRACE_S = 10.0
+#: How long a stopping gateway waits for its held predictions, in seconds.
+DRAIN_S = 10.0
 _BUSY_FIRST_S, _BUSY_MAX_S = 0.1, 5.0  # a held call refused as busy: sent again after
 
 #: Hands a held prediction's answer (Cog's prediction JSON, as bytes) to the gateway for
@@ -94,8 +97,12 @@ class HeldCogAdapter(CogAdapter):
         self._deliver = deliver
 
     async def aclose(self) -> None:
-        """Drop every held request (Cog goes on; the answers are lost), then the client."""
+        """Wait up to :data:`DRAIN_S` for the held predictions to end and their answers
+        to be handed over (the gateway stops: its loops have stopped sending), then drop
+        the rest (Cog goes on; their answers are lost), then close the client."""
         tasks = [c.task for c in self._calls.values() if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=DRAIN_S)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -108,9 +115,9 @@ class HeldCogAdapter(CogAdapter):
         Returns
         -------
         ProviderSnapshot
-            The result (terminal) when Cog answered within the window; else ``QUEUED``
-            (raw ``starting``), the prediction held. A retried submit of a job held
-            here answers ``QUEUED`` without sending again.
+            The result (terminal) when Cog answered within the window; else ``RUNNING``
+            (raw ``processing``), the prediction held. A retried submit of a job held
+            here answers ``RUNNING`` without sending again.
 
         Raises
         ------
@@ -119,7 +126,7 @@ class HeldCogAdapter(CogAdapter):
         """
         job_id = request.job_id
         if job_id in self._calls:
-            return _starting(job_id)
+            return _processing(job_id)
         body = aiotransport.json_body({"id": job_id, "input": request.input})
         first = asyncio.ensure_future(self._send(job_id, body))
         try:
@@ -133,13 +140,13 @@ class HeldCogAdapter(CogAdapter):
             return cog_wire.prediction(self.name, response).snapshot()
         call = self._calls[job_id] = _Call(job_id)
         call.task = asyncio.create_task(self._hold(call, first, body), name=f"cog-held:{job_id}")
-        return _starting(job_id)
+        return _processing(job_id)
 
     async def fetch(self, ref: ProviderRef) -> ProviderSnapshot:
         """The watchdog probe of :meth:`CogAdapter.fetch`, knowing what this process holds:
         an answer not yet handed over is returned as it is; a call Cog refused as busy is
         ``starting`` (Cog has nothing to probe); a held prediction the probe finds
-        forgotten is ending now (its answer is on its way): ``starting`` too."""
+        forgotten is ending now (its answer is on its way): ``processing``."""
         call = self._calls.get(ref.provider_job_id)
         if call is None:
             return await super().fetch(ref)
@@ -149,7 +156,7 @@ class HeldCogAdapter(CogAdapter):
         if call.busy:
             return _starting(call.job_id)
         snapshot = await super().fetch(ref)
-        return _starting(call.job_id) if snapshot.lost else snapshot
+        return _processing(call.job_id) if snapshot.lost else snapshot
 
     async def cancel(self, ref: ProviderRef) -> bool:
         """Cog's cancel (:meth:`CogAdapter.cancel`): the held request then answers
@@ -219,6 +226,13 @@ class HeldCogAdapter(CogAdapter):
 
 def _starting(job_id: str) -> ProviderSnapshot:
     return ProviderSnapshot(provider_job_id=job_id, state=JobState.QUEUED, raw_status="starting")
+
+
+def _processing(job_id: str) -> ProviderSnapshot:
+    """A held prediction Cog neither refused nor finished within the window: it runs
+    (Cog's busy and refusal answers come within milliseconds)."""
+    return ProviderSnapshot(provider_job_id=job_id, state=JobState.RUNNING,
+                            raw_status="processing")
 
 
 def _body(job_id: str, status: str, error: str | None = None) -> bytes:

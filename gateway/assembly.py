@@ -135,7 +135,7 @@ def schema_fetcher(
 def output_contract(settings: Settings, schemas: Schemas) -> OutputContract:
     """Each route's ``Output`` schema, checked by the finalizer
     (gateway/translation/conformance.py)."""
-    return OutputContract(settings.routes, schemas.document, schemas.cached)
+    return OutputContract(settings.routes, schemas.document, schemas.cached, schemas.held)
 
 
 def retention_loop(app: Any, store: RetentionStore) -> Retention:

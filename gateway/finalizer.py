@@ -149,6 +149,17 @@ class Finalizer:
         return not self._maps_output(job) and not has_files(
             snapshot.output, self._file_hosts.get(job.provider, ()))
 
+    def decides_offline(self, job: Job, snapshot: ProviderSnapshot) -> bool:
+        """Whether :meth:`outcome` of ``snapshot`` for ``job`` does no network I/O: it
+        fetches no file (:meth:`copies_nothing`) and, for a completed snapshot, the
+        route's ``Output`` schema is held already (none to ask the provider for:
+        :meth:`gateway.translation.conformance.OutputContract.held`). What the webhook
+        fast path may decide before the provider is answered (gateway/intake.py)."""
+        if not self.copies_nothing(job, snapshot):
+            return False
+        return (snapshot.state is not JobState.COMPLETED or self._contract is None
+                or self._contract.held(job.route))
+
     def late(self, job: Job, snapshot: ProviderSnapshot) -> None:
         """A provider's report of a job that is already final (RunPod's output after an
         acknowledged cancel): logged as ``late_provider_outcome``, never applied; the

@@ -184,13 +184,14 @@ class Intake:
         """A terminal snapshot's outcome (:meth:`Finalizer.outcome`) decided from the job as
         read now, to be recorded in the transaction that stores the webhook while the
         job's row is still the one read; then :meth:`Finalizer.recorded`. None (the
-        processor's finalizer) for an outcome that would fetch files (not before the
-        webhook is answered) or write asset rows, or one that raised."""
+        processor's finalizer) for an outcome that would do network I/O before the
+        webhook is answered (fetch files, or ask the provider for the route's schema:
+        :meth:`Finalizer.decides_offline`) or write asset rows, or one that raised."""
         found = await self._events.job_row(job_id)
         if found is None:
             return None
         row, job = found
-        if not _appliable(job, snapshot) or not finalizer.copies_nothing(job, snapshot):
+        if not _appliable(job, snapshot) or not finalizer.decides_offline(job, snapshot):
             return None
         try:
             outcome = await finalizer.outcome(job, snapshot)

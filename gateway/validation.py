@@ -300,6 +300,14 @@ class Schemas:
         I/O: for the hot path of interim outputs)."""
         return self._documents.get(self._key(route))
 
+    def held(self, route: _Route) -> bool:
+        """Whether :meth:`document` of ``route`` answers from what this process holds, with
+        no I/O (no provider asked, no file read): loaded already and, when the provider
+        could not tell, not due to be asked again. Itself no I/O (for the webhook fast
+        path, :meth:`gateway.intake.Intake._finishing`)."""
+        key = self._key(route)
+        return key in self._documents and not self._ask_again(key)
+
     def _key(self, route: _Route) -> tuple[Any, ...]:
         source = route.openapi_schema
         if isinstance(source, dict):

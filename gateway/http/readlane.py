@@ -5,7 +5,8 @@ read_concurrency``, docs/lifecycle.md, "Reads and the lifecycle").
 runnable on the event loop is at most that many reads and whatever else the process does
 (provider webhooks, the event processor, the finalizer, creates), so a turn of the loop
 that has thousands of polls waiting does not put each step of the lifecycle behind all of
-them. A read that waits keeps its place (FIFO); nothing is refused. Unset: no bound.
+them. A read that waits keeps its place (FIFO); nothing is refused. Unset: no bound. A
+read that is to wait on another server gives its place back first (:mod:`gateway.readslot`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from gateway import readslot
 from gateway.http.middleware import Handler
 
 __all__ = ["lanes", "read_lane"]
@@ -31,8 +33,21 @@ def read_lane(limit: int) -> Callable[..., Awaitable[web.StreamResponse]]:
     async def lane(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "GET" or not request.path.startswith(_READS):
             return await handler(request)
-        async with gate:
+        await gate.acquire()
+        released = False
+
+        def release() -> None:  # once: the handler may give it back early (readslot)
+            nonlocal released
+            if not released:
+                released = True
+                gate.release()
+
+        token = readslot.holding(release)
+        try:
             return await handler(request)
+        finally:
+            readslot.reset(token)
+            release()
 
     return lane
 

@@ -19,6 +19,10 @@ Lookups are bounded, so unknown ids cannot become a flood upstream:
 * a token bucket (``lookups_per_s``, ``burst``) bounds upstream lookups; past it a lookup
   answers 503, which the official clients retry.
 
+A GET in the read lane (``[gateway] read_concurrency``, gateway/http/readlane.py) gives its
+slot back before it waits on a lookup (:func:`gateway.readslot.give_back`): polls of known
+predictions never queue behind the legacy provider's answers.
+
 So N GETs of unknown ids cost at most ``burst + lookups_per_s * seconds`` lookups.
 """
 
@@ -36,7 +40,7 @@ from contracts.errors import ContractViolation, NotFound, ServiceUnavailable
 from contracts.job import Job, JobState
 from contracts.snapshot import ProviderSnapshot
 from contracts.times import parse_time
-from gateway import ids
+from gateway import ids, readslot
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.finalizer import Finalizer
 from gateway.notify import LoopName, Notifier
@@ -124,6 +128,7 @@ class Adopter:
         """
         if not ids.PREDICTION_ID_RE.match(job_id) or self._known_unknown(job_id):
             raise _not_found(job_id)
+        readslot.give_back()  # the lookup waits on the legacy provider: not in the lane
         running = self._inflight.get(job_id)
         if running is not None:
             return _for(await asyncio.shield(running), tenant)

@@ -163,8 +163,9 @@ class Claims(DispatchClaims):
 
     async def check_now(self, job_id: str) -> bool:
         """Make a submitted, active job's next poll due now (an unsigned webhook's poke);
-        False when the job is not (or no longer) active and submitted."""
-        async with self._engine.begin() as conn:
+        False when the job is not (or no longer) active and submitted. On the lifecycle's
+        connections (a provider webhook's: never behind polling GETs)."""
+        async with self._engine.begin(lifecycle=True) as conn:
             done = await conn.execute(
                 jobs.update()
                 .where(

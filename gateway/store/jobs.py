@@ -169,11 +169,12 @@ class JobStore(Claims):
         """The job with ``job_id`` and, while a loop applies its result under an apply
         lease (:mod:`gateway.store.applying`), when to look again: when that lease runs
         out, or a renewal period from now if sooner (its holder may give it up before);
-        None when no result is being applied. One read, as :meth:`get`. ``NotFound`` if
-        there is no such job."""
+        None when no result is being applied. One read, as :meth:`get`, on a connection
+        the lifecycle may take (:meth:`Engine.lifecycle_read`). ``NotFound`` if there is
+        no such job."""
         fast = self.fast_reads.leased_job(job_id)
         if fast is None:
-            async with self._engine.read() as conn:
+            async with self._engine.lifecycle_read() as conn:
                 row = (await conn.execute(GET_LEASED_JOB, {"job_id": job_id})).first()
             if row is None:
                 raise NotFound(f"prediction {job_id!r} does not exist")
@@ -192,14 +193,16 @@ class JobStore(Claims):
         return self.fast_reads.exists(_WAITING_SQL, (provider,)) is not False
 
     async def callback_token(self, job_id: str) -> tuple[str, str] | None:
-        """``(provider, callback_token)`` of a job, or None if unknown."""
+        """``(provider, callback_token)`` of a job, or None if unknown. On PostgreSQL read
+        on a connection the lifecycle may take (:meth:`Engine.lifecycle_read`): provider
+        webhooks and submits never wait behind polling GETs."""
         claimed = self.claimed_token(job_id)  # the dispatcher's submit right after its claim
         if claimed is not None:
             return claimed
         fast = self.fast_reads.callback_token(job_id)
         if fast is not None:
             return fast[0]
-        async with self._engine.read() as conn:
+        async with self._engine.lifecycle_read() as conn:
             row = (
                 await conn.execute(
                     sa.select(jobs.c.provider, jobs.c.callback_token).where(jobs.c.id == job_id)

@@ -266,6 +266,9 @@ class OutputContract:
     cached : callable
         ``cached(route)``: the document if already loaded, without I/O (for interim
         outputs, on the hot path of progress).
+    held : callable
+        ``held(route)``: whether ``document(route)`` would answer without I/O
+        (:meth:`gateway.validation.Schemas.held`).
     """
 
     def __init__(
@@ -273,10 +276,18 @@ class OutputContract:
         routes: Iterable[Any],
         document: Document,
         cached: Callable[[Any], dict[str, Any] | None],
+        held: Callable[[Any], bool],
     ) -> None:
         self._routes = {route_key(r.model, r.version): r for r in routes}
         self._document = document
         self._cached = cached
+        self._held = held
+
+    def held(self, route_key: str) -> bool:
+        """Whether :meth:`conform` for ``route_key`` does no I/O: an unknown route (any
+        output), or one whose schema this process holds already (no provider asked)."""
+        route = self._routes.get(route_key)
+        return route is None or self._held(route)
 
     async def conform(self, route_key: str, output: Any) -> Any:
         """:func:`conform` with the schema of ``route_key`` (any output for an unknown

@@ -1,7 +1,8 @@
 """A Cog provider with ``held = true`` (docs/cog.md §3) in front of the real Cog server, driven
 by the unmodified ``replicate`` client: synchronous predictions held open, no webhook
 asked for or received; a prediction longer than the answer window handed over when Cog
-answers; a cancel through Cog's cancel; a gateway restart mid-hold ends the job as lost.
+answers; a cancel through Cog's cancel; a stopping gateway waiting for what it holds; a
+crash mid-hold ending the prediction as lost.
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def test_a_held_prediction_canceled_by_the_client_ends_canceled(tmp_path: Path) 
     assert done["status"] == "canceled"
 
 
-def test_a_gateway_restart_mid_hold_ends_the_prediction_as_lost(tmp_path: Path) -> None:
+def held_across_a_restart(tmp_path: Path, crash: bool) -> dict[str, Any]:
+    """A two-second held prediction, its gateway stopped (SIGTERM) or crashed (SIGKILL)
+    while Cog runs it, then started again on the same store: the prediction as it ends."""
     with CogServer(ECHO_MODEL_DIR) as cog, sync_database("sqlite", tmp_path) as database_url:
         config = held_config(tmp_path, database_url, cog, listen_port(),
                              fetch_interval_s=0.5, fetch_max_interval_s=0.5, lost_grace_s=0.5)
@@ -103,15 +106,28 @@ def test_a_gateway_restart_mid_hold_ends_the_prediction_as_lost(tmp_path: Path) 
                     "version": "acme/echo", "input": {"prompt": "x", "steps": 2, "delay": 1}})
                 assert made.status_code == 201, made.text
                 prediction_id = made.json()["id"]
-                wait_until_sync(lambda: cog.health() == "BUSY", 30, what="Cog running it")
+                url = f"/v1/predictions/{prediction_id}"
+                # processing: the submit recorded, the prediction held (a crash before
+                # that record is a submit that may have reached Cog: it is sent again)
+                wait_until_sync(lambda: http.get(url).json()["status"] == "processing", 30,
+                                what="the prediction held")
         finally:
-            gateway.stop()  # the held request dies with it; Cog goes on
+            gateway.kill() if crash else gateway.stop()
         gateway = GatewayProcess(config, tmp_path).start()
         try:
             with httpx.Client(base_url=gateway.url, headers=HEADERS, timeout=30) as http:
-                done = wait_until_sync(lambda: finished(http, prediction_id), 60,
-                                       what="the lost prediction failed")
+                return wait_until_sync(lambda: finished(http, prediction_id), 60,
+                                       what="the prediction ended")
         finally:
             gateway.stop()
+
+
+def test_a_stopping_gateway_waits_for_the_prediction_it_holds(tmp_path: Path) -> None:
+    done = held_across_a_restart(tmp_path, crash=False)
+    assert (done["status"], done["output"]) == ("succeeded", "X")
+
+
+def test_a_gateway_crash_mid_hold_ends_the_prediction_as_lost(tmp_path: Path) -> None:
+    done = held_across_a_restart(tmp_path, crash=True)
     assert done["status"] == "failed"
     assert "no longer knows this prediction" in done["error"]

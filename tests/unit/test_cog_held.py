@@ -86,6 +86,7 @@ class Delivered:
 async def held(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[HeldCogAdapter, Cog,
                                                                         Delivered]]:
     monkeypatch.setattr(cog_held, "_BUSY_FIRST_S", 0.0)  # sent again at once
+    monkeypatch.setattr(cog_held, "DRAIN_S", 0.0)  # a test's unended hold: dropped at close
     cog = Cog()
     adapter = HeldCogAdapter(name="cog", base_url=BASE, transport=httpx.MockTransport(cog))
     delivered = Delivered()
@@ -155,7 +156,7 @@ async def test_a_long_prediction_is_held_and_its_answer_handed_over(held):
     adapter, cog, delivered = held
     ended = cog.later(200, DONE)
     snapshot = await adapter.submit(submit_request())
-    assert snapshot.state is JobState.QUEUED and snapshot.raw_status == "starting"
+    assert snapshot.state is JobState.RUNNING and snapshot.raw_status == "processing"
     assert delivered.answers == []
     ended.set()
     job_id, answer = await delivered.one()
@@ -168,7 +169,7 @@ async def test_a_retried_submit_of_a_held_job_sends_nothing(held):
     ended = cog.later(200, DONE)
     await adapter.submit(submit_request())
     again = await adapter.submit(submit_request())
-    assert again.state is JobState.QUEUED
+    assert again.state is JobState.RUNNING
     assert len(cog.requests) == 1
     ended.set()
 
@@ -228,7 +229,7 @@ async def test_a_probe_that_finds_a_held_prediction_forgotten_waits_for_its_answ
     cog.now(202, {"id": JOB, "status": "starting"})  # the probe created it: Cog forgot it
     cog.now(200, {})  # the probe's own prediction canceled
     snapshot = await adapter.fetch(ref())
-    assert snapshot.state is JobState.QUEUED and not snapshot.lost
+    assert snapshot.state is JobState.RUNNING and not snapshot.lost
     ended.set()
 
 
@@ -250,6 +251,19 @@ async def test_cancel_of_a_held_prediction_is_cogs_cancel_and_its_answer_ends_it
     ended.set()
     _, answer = await delivered.one()
     assert answer["status"] == "canceled"
+
+
+async def test_a_probe_of_a_call_waiting_after_a_busy_answer_sends_nothing(held, monkeypatch):
+    adapter, cog, _ = held
+    monkeypatch.setattr(cog_held, "_BUSY_FIRST_S", 3600.0)
+    adapter._rng.random = lambda: 1.0  # type: ignore[method-assign]
+    busy = cog.later(409, {"error": "At capacity", "status": "failed"})
+    await adapter.submit(submit_request())
+    busy.set()
+    await until(lambda: adapter._calls[JOB].busy)
+    snapshot = await adapter.fetch(ref())
+    assert snapshot.state is JobState.QUEUED and snapshot.raw_status == "starting"
+    assert len(cog.requests) == 1  # a probe would have created a prediction at Cog
 
 
 async def test_cancel_of_a_call_waiting_after_a_busy_answer_ends_it_without_cog(held,
@@ -282,7 +296,20 @@ async def test_a_transport_failure_mid_hold_leaves_the_job_to_the_probe(held):
     assert delivered.answers == []
 
 
-async def test_aclose_drops_held_requests(held):
+async def test_aclose_waits_for_a_held_prediction_that_ends_meanwhile(held, monkeypatch):
+    adapter, cog, delivered = held
+    monkeypatch.setattr(cog_held, "DRAIN_S", 30.0)
+    ended = cog.later(200, DONE)
+    await adapter.submit(submit_request())
+    closing = asyncio.create_task(adapter.aclose())
+    await until(lambda: delivered.answers == [] and not closing.done())
+    ended.set()
+    await asyncio.wait_for(closing, 5)
+    assert [(job, answer["status"]) for job, answer in delivered.answers] == [
+        (JOB, "succeeded")]
+
+
+async def test_aclose_drops_held_requests_past_the_drain(held):
     adapter, cog, delivered = held
     cog.later(200, DONE)  # never ends
     await adapter.submit(submit_request())

@@ -51,6 +51,31 @@ async def test_a_provider_that_cannot_tell_is_asked_again_later() -> None:
     assert checked.input == {"prompt": "x"}
 
 
+async def test_held_says_whether_a_document_answers_without_asking() -> None:
+    """``Schemas.held`` (the webhook fast path's question, gateway/intake.py) asks
+    nothing itself: False before the first load and once an unknown schema is due to be
+    asked again, True while the document (or its absence) is what this process holds."""
+    asked: list[str] = []
+    answers: list[Any] = [ConfigurationError("no schema yet"), ECHO_OPENAPI_SCHEMA]
+
+    async def fetch(provider: str, target: str) -> dict[str, Any]:
+        asked.append(target)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    schemas = Schemas(fetch)
+    route = Route(target="acme/upstream:abc")
+    assert not schemas.held(route) and asked == []
+    assert await schemas.document(route) is None
+    assert schemas.held(route)  # unknown, not to be asked again yet
+    schemas._unknown_until = {k: 0.0 for k in schemas._unknown_until}  # ASK_AGAIN_S later
+    assert not schemas.held(route) and len(asked) == 1
+    assert await schemas.document(route) == ECHO_OPENAPI_SCHEMA
+    assert schemas.held(route) and len(asked) == 2
+
+
 async def test_a_provider_that_does_not_answer_in_time_leaves_it_unknown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -178,10 +178,23 @@ class Engine:
         as :meth:`connect`."""
         return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql")
 
-    def begin(self) -> _Begin:
+    def lifecycle_read(self) -> Connection:
+        """:meth:`read` for a step of the job lifecycle made in a request's task (a
+        provider webhook's URL check, the read of the job its event applies to): its
+        checkout may take a connection reserved for the lifecycle, as under
+        :data:`LIFECYCLE`, so no load of polling GETs holding the shared ones delays it
+        (docs/lifecycle.md, "Reads and the lifecycle"). For short single reads only: each
+        one takes a reserved connection for its duration."""
+        return Connection(self, autocommit=self.sync_engine.dialect.name == "postgresql",
+                          lifecycle=True)
+
+    def begin(self, *, lifecycle: bool = False) -> _Begin:
         """A connection in a transaction for ``async with``: committed when the block
-        ends normally, rolled back when it raises (``AsyncEngine.begin()``)."""
-        return _Begin(self)
+        ends normally, rolled back when it raises (``AsyncEngine.begin()``). With
+        ``lifecycle``, a short write of the job lifecycle made in a request's task (a
+        provider's unsigned webhook poke): its checkout may take a reserved connection,
+        as :meth:`lifecycle_read`'s."""
+        return _Begin(self, lifecycle=lifecycle)
 
     async def dispose(self) -> None:
         """Close the pool's connections; checked-out ones close when returned (a task
@@ -195,19 +208,23 @@ class Connection:
     """One pooled connection (``AsyncConnection``'s part the store uses); entered with
     ``async with engine.connect()``. ``sync_connection`` is the Core connection."""
 
-    __slots__ = ("_autocommit", "_disposals", "_holds", "_shared", "engine", "sync_connection")
+    __slots__ = ("_autocommit", "_disposals", "_holds", "_lifecycle", "_shared", "engine",
+                 "sync_connection")
 
-    def __init__(self, engine: Engine, *, autocommit: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, *, autocommit: bool = False, lifecycle: bool = False
+    ) -> None:
         self.engine = engine
         self.sync_connection: sa.Connection | None = None
         self._disposals = engine.disposals
         self._autocommit = autocommit
+        self._lifecycle = lifecycle  # may take a reserved connection (Engine.lifecycle_read)
         self._shared = False
         self._holds: contextvars.Token[asyncio.Task[Any] | None] | None = None
 
     async def __aenter__(self) -> Connection:
         self._disposals = self.engine.disposals
-        self._shared = await self.engine._share()
+        self._shared = False if self._lifecycle else await self.engine._share()
         if self._shared:  # this task's nested checkouts take no second one
             self._holds = _HOLDS_SHARED.set(asyncio.current_task())
         try:
@@ -302,8 +319,8 @@ class _Begin:
 
     __slots__ = ("_connection", "_transaction")
 
-    def __init__(self, engine: Engine) -> None:
-        self._connection = Connection(engine)
+    def __init__(self, engine: Engine, *, lifecycle: bool = False) -> None:
+        self._connection = Connection(engine, lifecycle=lifecycle)
         self._transaction: RootTransaction | None = None
 
     async def __aenter__(self) -> Connection:
