@@ -81,7 +81,9 @@ async def test_a_webhook_is_answered_while_polls_hold_every_shared_connection(
         release.set()
         await asyncio.gather(*holders, return_exceptions=True)
     (row,) = await event_rows(gateway, job_id)
-    assert row.processed_at is None  # stored for the processor, as on PostgreSQL always
+    # applied as it was stored, on the lifecycle's own connection (gateway/store/pgapplied.py)
+    assert row.processed_at is not None
+    assert (await gateway.store.get(job_id)).logs == "step 1\n"
 
 
 async def test_a_runpod_poke_is_answered_while_polls_hold_every_shared_connection(
