@@ -3,9 +3,9 @@
 What :mod:`gateway.store.applied` does on a SQLite file, straight through asyncpg:
 :meth:`gateway.store.events.ProviderEvents.add_applied` stores a verified webhook body
 and, when nothing else of its job waits, applies it there, in one transaction on one
-pooled connection held by the store's group-commit flusher (a lifecycle task: never one
-of the shared connections that requests' reads hold, gateway/store/engine/aio.py). Per
-event of the group, in job id order:
+pooled connection checked out by the store's group-commit flusher (a lifecycle task:
+never one of the shared connections that requests' reads hold,
+gateway/store/engine/aio.py). Per event of the group, in job id order:
 
 1. ``SELECT`` the job's row ``FOR UPDATE``: its columns, version, apply lease and next
    check. The lock conflicts with the ``KEY SHARE`` lock that storing any event of the
@@ -23,23 +23,22 @@ event of the group, in job id order:
 
 Five round trips (``BEGIN``, three statements, ``COMMIT``) instead of the event
 processor's store, claim, read, write and mark transactions (docs/benchmarks.md). The
-connection is taken on the first group and kept (one of the lifecycle's: no shared slot
-of :class:`gateway.store.engine.aio.Engine` is taken for it, so no GET load delays a
-webhook's apply; a terminal webhook's row is read beforehand on a second one,
-:meth:`PgApplied.row`);
-when anything fails (the connection, a deadlock the server broke, an error of this
-module) it is rolled back and dropped, and the group is stored through the engine
-instead, as on SQLite, nothing of it written here. A failed ``COMMIT`` may have
-committed: the engine's insert then finds the events already stored (duplicates),
-which is what a retrying provider is told.
+connection is checked out of the pool for each group (and for the read of a terminal
+webhook's row beforehand, :meth:`PgApplied.row`) as the lifecycle's: no shared slot of
+:class:`gateway.store.engine.aio.Engine` is taken for it, so no GET load delays a
+webhook's apply; nothing is held between calls. When anything fails (the connection,
+a deadlock the server broke, an error of this module) it is rolled back and dropped,
+and the group is stored through the engine instead, as on SQLite, nothing of it
+written here. A failed ``COMMIT`` may have committed: the engine's insert then finds
+the events already stored (duplicates), which is what a retrying provider is told.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -50,7 +49,6 @@ from gateway.store import applying, jobrows
 from gateway.store.applied import Applying, Checks, postponed
 from gateway.store.engine.aio import Engine
 from gateway.store.engine.fastwrite import bound
-from gateway.store.engine.pgreads import RowReads
 from gateway.store.ordering import predicted
 from gateway.store.records import ACTIVE
 from gateway.store.schema import jobs
@@ -61,8 +59,8 @@ __all__ = ["ROW_SQL", "PgApplied"]
 log = logging.getLogger(__name__)
 
 _COLUMNS = ", ".join(jobrows.NAMES)
-ROW_SQL = f"SELECT {_COLUMNS}, row_version FROM jobs WHERE id = ANY($1::text[])"  # noqa: S608
-"""``$1`` the ids: a job's row with its version, as ``Applying.row`` holds it."""
+ROW_SQL = f"SELECT {_COLUMNS}, row_version FROM jobs WHERE id = $1"  # noqa: S608
+"""``$1`` the id: a job's row with its version, as ``Applying.row`` holds it."""
 _WIDTH = len(jobrows.NAMES) + 1  # a row of ROW_SQL
 _LOCK_SQL = (f"SELECT {_COLUMNS}, row_version, lease_owner, leased_until, next_attempt_at"  # noqa: S608
              " FROM jobs WHERE id = $1 FOR UPDATE")
@@ -101,21 +99,23 @@ class PgApplied:
         self.available = engine.dialect.name == "postgresql"
         """Whether :meth:`add` may run here at all (PostgreSQL)."""
         self._dispatch = engine.sync_engine.dispatch
-        self._pooled: Any = None  # the pool's connection, held while this lives
-        self._lock = asyncio.Lock()  # one operation at a time on it
-        self._rows = RowReads(engine, ROW_SQL, lifecycle=True) if self.available else None
         self._closed = False
 
     async def row(self, job_id: str) -> tuple[tuple[Any, ...], Job] | None:
         """The job's row as :data:`ROW_SQL` reads it and its job, for ``Applying.row``;
-        None when there is no such job or it could not be read. Batched with the other
-        reads waiting on a second connection of the lifecycle's
-        (:mod:`gateway.store.engine.pgreads`): a terminal webhook's read waits neither
-        behind GETs for a shared connection nor for a group's transaction."""
-        found = None if self._rows is None else await self._rows.row(job_id)
-        if found is None or found[0] is None:
+        None when there is no such job or it could not be read. Read on a connection of
+        the lifecycle's (module docstring): it never waits behind GETs for a shared one."""
+        if not self.available or self._closed:
             return None
-        return found[0], jobrows.pg_job(found[0][:-1])
+        try:
+            async with self._connection() as conn:
+                found = await conn.fetchrow(ROW_SQL, job_id)
+        except Exception:  # noqa: BLE001 (not read: the processor applies the event)
+            return None
+        if found is None:
+            return None
+        row = tuple(found)
+        return row, jobrows.pg_job(row[:-1])
 
     async def add(
         self, rows: list[dict[str, Any]], checks: Checks, applyings: list[Applying | None],
@@ -129,44 +129,37 @@ class PgApplied:
         watched = self._dispatch.before_cursor_execute or self._dispatch.after_cursor_execute
         if not self.available or self._closed or watched:
             return None
-        async with self._lock:
-            try:
-                conn = await self._connection()
-                async with conn.transaction():
-                    return await _add(conn, rows, checks, applyings, applied,
-                                      self._engine.dialect, now)
-            except Exception as exc:  # noqa: BLE001 (rolled back: the engine stores the group)
-                log.info("provider_events_applied_fallback", extra={"error": repr(exc)})
-                applied.clear()
-                await self._drop()
-                return None
-            except BaseException:
-                applied.clear()
-                await self._drop()
-                raise
+        try:
+            async with self._connection() as conn, conn.transaction():
+                return await _add(conn, rows, checks, applyings, applied,
+                                  self._engine.dialect, now)
+        except Exception as exc:  # noqa: BLE001 (rolled back: the engine stores the group)
+            log.info("provider_events_applied_fallback", extra={"error": repr(exc)})
+            applied.clear()
+            return None
+        except BaseException:
+            applied.clear()
+            raise
 
-    async def _connection(self) -> Any:
-        if self._pooled is not None and self._pooled.driver_connection.is_closed():
-            await self._drop()  # the server closed it meanwhile: a new one
-        if self._pooled is None:
-            self._pooled = await greenlet_spawn(self._engine.sync_engine.raw_connection)
-        return self._pooled.driver_connection
-
-    async def _drop(self) -> None:
-        pooled, self._pooled = self._pooled, None
-        if pooled is not None:
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """The driver's connection of one of the pool's, checked out for one transaction
+        or read (no shared slot taken: the lifecycle's side of the pool); given back,
+        or dropped when anything raised (its state is not known then)."""
+        pooled = await greenlet_spawn(self._engine.sync_engine.raw_connection)
+        try:
+            yield pooled.driver_connection
+        except BaseException:
             with contextlib.suppress(Exception):
                 await greenlet_spawn(pooled.invalidate)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await greenlet_spawn(pooled.close)
 
     async def close(self) -> None:
-        """Give the connections back to the pool; later groups go through the engine."""
+        """Later groups go through the engine (nothing is held between calls)."""
         self._closed = True
-        if self._rows is not None:
-            await self._rows.close()
-        async with self._lock:
-            pooled, self._pooled = self._pooled, None
-            if pooled is not None:
-                await greenlet_spawn(pooled.close)
 
 
 async def _add(

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.util.concurrency import greenlet_spawn
 
-from gateway.store.engine.aio import Engine, lifecycle_context
+from gateway.store.engine.aio import Engine
 
 __all__ = ["MAX_BATCH", "RowReads"]
 
@@ -48,17 +48,11 @@ class RowReads:
     sql : str
         The statement, with ``$1`` the array of ids (``text[]``); its first column must
         be the id.
-    lifecycle : bool
-        The reads are the job lifecycle's (a webhook's apply,
-        :mod:`gateway.store.pgapplied`): its connection is taken as the lifecycle's
-        (:data:`~gateway.store.engine.aio.LIFECYCLE`), not one of the shared ones, so
-        no GET load makes them wait.
     """
 
-    def __init__(self, engine: Engine, sql: str, *, lifecycle: bool = False) -> None:
+    def __init__(self, engine: Engine, sql: str) -> None:
         self._engine = engine
         self._sql = sql
-        self._lifecycle = lifecycle
         self._pooled: Any = None  # the pool's connection, held while this lives
         self._shares = False  # it holds one of the engine's shared connections (aio.py)
         self._waiting: _Waiting = {}
@@ -73,8 +67,7 @@ class RowReads:
             asyncio.get_running_loop().create_future())
         self._waiting.setdefault(job_id, []).append(future)
         if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(
-                self._send(), context=lifecycle_context() if self._lifecycle else None)
+            self._sender = asyncio.get_running_loop().create_task(self._send())
         try:
             found = await future
         except _Unavailable:
