@@ -61,6 +61,14 @@ class Applying:
     row: tuple[Any, ...] | None = None
     job: Job | None = None
 
+    def columns(self, job: Job) -> dict[str, Any] | None:
+        """``decide(job)``, None when it raised (the processor applies the event then,
+        and reports what it raises)."""
+        try:
+            return self.decide(job)
+        except Exception:  # noqa: BLE001 (the processor's to report)
+            return None
+
 
 @dataclass(frozen=True)
 class Stored:
@@ -122,10 +130,7 @@ def apply_fast(
     before = _next_in_order(conn, job_id, how, now)
     if before is None:
         return None
-    try:
-        values = how.decide(before)
-    except Exception:  # noqa: BLE001 (the processor applies it, and reports what it raises)
-        return None
+    values = how.columns(before)
     if values is None:
         return None
     inserted = conn.execute(_INSERT_APPLIED_SQL, (

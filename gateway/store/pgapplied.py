@@ -209,10 +209,7 @@ async def _apply(
         before = how.job
     else:
         before = jobrows.pg_job(current[:-1])
-    try:
-        values = how.decide(before)
-    except Exception:  # noqa: BLE001 (the processor applies it, and reports what it raises)
-        return None
+    values = how.columns(before)
     if values is None:
         return None
     event_id = await conn.fetchval(
